@@ -1,0 +1,47 @@
+# Kairos: the two commands are `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip
+
+.PHONY: run test lint typecheck unit bench install install-dev clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(BIN)/python pyproject.toml clients/python/pyproject.toml
+	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet -e clients/python
+	touch $(VENV)/.installed $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+## make run: serve on the embedded default (SQLite file, in-process batcher, shipped policy)
+run: $(VENV)/.installed
+	$(BIN)/kairos migrate
+	$(BIN)/kairos serve
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+## make test: lint, type-check and the whole suite (needs PostgreSQL and Redis on loopback)
+test: lint typecheck
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## make bench: speed and memory benchmarks, ratios against a baseline measured in the same run
+bench: $(VENV)/.installed-dev
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache kairos.db

@@ -1,0 +1,14 @@
+"""The only place the core learns wall-clock time; callers pass ``now`` explicitly into decisions."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def epoch_now() -> float:
+    return time.time()

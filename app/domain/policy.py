@@ -1,0 +1,71 @@
+"""The two kinds of policy the decision loop (``app.domain.decision``) can drive.
+
+* :class:`OrderingPolicy` — a queue-order heuristic: it ranks the eligible jobs once per decision
+  (``now`` is fixed within a decision, so the order is too).
+* :class:`SteppingPolicy` — a learned policy: at every step of the decision it sees a
+  :class:`StepView` (the candidates, their feasibility mask, the free resources, the reservation) and
+  picks one candidate.  Step-synchronous batching drives many :class:`DecisionRun` objects at once
+  and scores all their views with one inference.
+
+A pick is always an index into ``view.candidates`` whose ``view.mask`` entry is true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from app.domain.types import Job, Node, PolicyRef, Reservation, Resources
+
+
+class Phase(StrEnum):
+    #: choosing the next job to start, or to reserve if it does not fit now
+    HEAD = "head"
+    #: a reservation is held; only jobs that start now without delaying it are candidates
+    BACKFILL = "backfill"
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    """What a stepping policy sees at one step of one decision."""
+
+    now: float
+    phase: Phase
+    nodes: tuple[Node, ...]
+    #: free resources per node id at this step (capacity - allocated - this decision's picks)
+    free: Mapping[str, Resources]
+    #: total capacity of the nodes that can take work (state ``up``)
+    schedulable_capacity: Resources
+    #: eligible pending jobs, in FCFS order (submit time, then id)
+    candidates: tuple[Job, ...]
+    #: ``mask[i]`` is true when ``candidates[i]`` may be picked now
+    mask: tuple[bool, ...]
+    #: ``fits_now[i]`` is true when ``candidates[i]`` can be placed on the free resources now
+    fits_now: tuple[bool, ...]
+    reservation: Reservation | None
+    resource_names: tuple[str, ...]
+
+
+@runtime_checkable
+class OrderingPolicy(Protocol):
+    @property
+    def ref(self) -> PolicyRef: ...
+
+    def order(self, jobs: Sequence[Job], now: float) -> list[Job]:
+        """Return ``jobs`` best-first; ties break by submit time, then id."""
+        ...
+
+
+@runtime_checkable
+class SteppingPolicy(Protocol):
+    @property
+    def ref(self) -> PolicyRef: ...
+
+    def pick(self, view: StepView) -> int:
+        """Return the index of one candidate whose mask entry is true."""
+        ...
+
+
+Policy = OrderingPolicy | SteppingPolicy
