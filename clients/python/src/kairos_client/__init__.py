@@ -1,0 +1,1 @@
+"""Python SDK for the Kairos scheduling-as-a-service HTTP API."""
