@@ -1,4 +1,7 @@
-"""The only place the core learns wall-clock time; callers pass ``now`` explicitly into decisions."""
+"""The only place the core learns wall-clock time.
+
+Callers pass ``now`` explicitly into decisions.
+"""
 
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 * :class:`OrderingPolicy` — a queue-order heuristic: it ranks the eligible jobs once per decision
   (``now`` is fixed within a decision, so the order is too).
 * :class:`SteppingPolicy` — a learned policy: at every step of the decision it sees a
-  :class:`StepView` (the candidates, their feasibility mask, the free resources, the reservation) and
-  picks one candidate.  Step-synchronous batching drives many :class:`DecisionRun` objects at once
-  and scores all their views with one inference.
+  :class:`StepView` (the candidates, their feasibility mask, the free resources, the reservation)
+  and picks one candidate.  Step-synchronous batching drives many :class:`DecisionRun` objects
+  at once and scores all their views with one inference.
 
 A pick is always an index into ``view.candidates`` whose ``view.mask`` entry is true.
 """

@@ -48,7 +48,7 @@ class PlacementStrategy(StrEnum):
 class Node:
     id: str
     capacity: Resources
-    allocated: Resources = EMPTY_RESOURCES
+    allocated: Resources = field(default_factory=dict)
     state: NodeState = NodeState.UP
     labels: Mapping[str, str] = field(default_factory=dict)
 
