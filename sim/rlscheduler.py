@@ -1,0 +1,374 @@
+"""``rlscheduler`` semantics: RLScheduler's (SC'20) simulator, quirks included.
+
+This reproduces A.2-A.7 of ``shared/spec/hpc-reproduction.md`` exactly enough to match every
+published heuristic cell for Lublin-1/Lublin-2 (see ``tests/unit/sim/test_rlscheduler_golden.py``):
+
+* node-granular allocation: a job takes ``ceil(procs / procs_per_node)`` whole nodes;
+* one decision at a time; time advances one event at a time (an arrival wins a tie with a
+  completion: ``submit <= release``); after a start the next decision is taken at the same time;
+  when the queue is empty the simulator advances until exactly one job has arrived;
+* without backfilling the chosen job blocks the queue until it fits (head-of-line blocking);
+* with backfilling the chosen job's shadow time is computed once (running jobs by
+  ``start + request_time``) and, until it fits, every queued job that fits now and satisfies
+  ``now + request_time < shadow`` (strict) is started, scanning in FCFS order;
+* the episode ends when the last job of the sequence has *started*; the cluster starts empty.
+
+RLScheduler keeps the queue as a Python list that it re-sorts in place (stable sort) with the
+policy key at each decision and with the FCFS key before each backfill scan.  All rlscheduler
+policy keys are static per job (WFP3/UNICEP use ``w = -1 - s``), so the live-list order is
+reproduced with precomputed ranks instead of sorting (see ``docs/adr/0031``):
+
+* the policy pick is the minimum of ``(key, index)``;
+* the backfill scan order is ``(submit, key, index)`` for jobs queued at the decision, followed
+  by the jobs that arrive during the reservation in arrival order.
+
+This is exact when the trace is ordered by submit time (ties by id), which is how
+:func:`sim.traces.swf.load_swf` orders it by default (and for Lublin the id order is the same).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import heapq
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from sim.traces.swf import SwfTrace
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+_INF = float("inf")
+
+
+class RlsPolicy(StrEnum):
+    FCFS = "fcfs"
+    SJF = "sjf"
+    WFP3 = "wfp3"
+    UNICEP = "unicep"
+    F1 = "f1"
+    F2 = "f2"
+    F3 = "f3"
+    F4 = "f4"
+    SMALLEST = "smallest"
+
+
+def policy_keys(
+    policy: RlsPolicy | str, submit: IntArray, request: IntArray, procs: IntArray
+) -> list[FloatArray]:
+    """The sort keys of RLScheduler's score functions, most significant first (lower = first).
+
+    WFP3 and UNICEP use the code's ``w = scheduled_time - submit = -1 - submit`` (A.7).
+    """
+    s = submit.astype(np.float64)
+    r = request.astype(np.float64)
+    n = procs.astype(np.float64)
+    name = RlsPolicy(policy)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if name is RlsPolicy.FCFS:
+            return [s]
+        if name is RlsPolicy.SJF:
+            return [r, s]
+        if name is RlsPolicy.SMALLEST:
+            return [n, s]
+        if name is RlsPolicy.WFP3:
+            w = -1.0 - s
+            return [-np.power(w / r, 3) * n]
+        if name is RlsPolicy.UNICEP:
+            w = -1.0 - s
+            return [-(w + 1e-15) / (np.log2(n + 1e-15) * r)]
+        if name is RlsPolicy.F1:
+            rr = np.where(r > 0, r, 0.1)
+            ss = np.where(s > 0, s, 0.1)
+            return [np.log10(rr) * n + 870.0 * np.log10(ss)]
+        if name is RlsPolicy.F2:
+            return [np.sqrt(r) * n + 25600.0 * np.log10(s)]
+        if name is RlsPolicy.F3:
+            return [r * n + 6860000.0 * np.log10(s)]
+        return [r * np.sqrt(n) + 530000.0 * np.log10(s)]
+
+
+def _ranks(keys: Sequence[FloatArray], n: int) -> IntArray:
+    """``rank[i]`` = position of job ``i`` in the order (keys..., index)."""
+    order = np.lexsort((np.arange(n), *reversed(list(keys))))
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    return rank
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceResult:
+    """One simulated job sequence: per-job arrays in trace order, plus the episode clock."""
+
+    submit: IntArray
+    run: IntArray
+    procs: IntArray
+    start: IntArray
+    #: simulated time when the episode ended (rlscheduler: the last start)
+    end_time: float
+    max_procs: int
+    user: IntArray | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSequence:
+    """Python lists for the hot loop (list indexing is faster than numpy scalar access)."""
+
+    submit: list[int]
+    run: list[int]
+    request: list[int]
+    procs: list[int]
+    nodes: list[int]
+    total_nodes: int
+    procs_per_node: float
+
+
+def prepare(trace: SwfTrace, start: int, length: int) -> PreparedSequence:
+    stop = start + length
+    if start < 0 or length <= 0 or stop > trace.n_jobs:
+        raise ValueError(f"sequence [{start}, {stop}) is outside the trace's {trace.n_jobs} jobs")
+    ppn = trace.procs_per_node
+    procs = trace.processors[start:stop].tolist()
+    nodes = [p if ppn == 1.0 else math.ceil(p / ppn) for p in procs]
+    too_big = [i for i, k in enumerate(nodes) if k > trace.max_nodes]
+    if too_big:
+        i = too_big[0]
+        raise ValueError(
+            f"job {int(trace.job_id[start + i])} needs {nodes[i]} nodes; "
+            f"the machine has {trace.max_nodes}"
+        )
+    return PreparedSequence(
+        submit=trace.submit_time[start:stop].tolist(),
+        run=trace.run_time[start:stop].tolist(),
+        request=trace.request_time[start:stop].tolist(),
+        procs=procs,
+        nodes=nodes,
+        total_nodes=trace.max_nodes,
+        procs_per_node=ppn,
+    )
+
+
+def simulate_sequence(
+    trace: SwfTrace,
+    start: int,
+    length: int,
+    policy: RlsPolicy | str,
+    *,
+    backfill: bool,
+) -> SequenceResult:
+    """Run one heuristic on jobs ``[start, start + length)`` from an empty cluster."""
+    seq = prepare(trace, start, length)
+    stop = start + length
+    keys = policy_keys(
+        policy,
+        trace.submit_time[start:stop],
+        trace.request_time[start:stop],
+        trace.processors[start:stop],
+    )
+    prio = _ranks(keys, length)
+    fcfs = _ranks(
+        [trace.submit_time[start:stop].astype(np.float64), prio.astype(np.float64)], length
+    )
+    starts, end_time = run_heuristic(seq, prio.tolist(), fcfs.tolist(), backfill=backfill)
+    return SequenceResult(
+        submit=trace.submit_time[start:stop],
+        run=trace.run_time[start:stop],
+        procs=trace.processors[start:stop],
+        start=np.asarray(starts, dtype=np.int64),
+        end_time=float(end_time),
+        max_procs=trace.max_procs,
+        user=trace.user_id[start:stop],
+    )
+
+
+def _shadow_time(
+    running: list[tuple[float, int, int]],
+    start: list[float],
+    request: list[int],
+    nodes: list[int],
+    free: int,
+    ppn: float,
+    procs_needed: int,
+    now: float,
+) -> float:
+    """RLScheduler's earliest start: running jobs by ``start + request_time``, accumulated."""
+    free_procs = free * ppn
+    shadow = now
+    for est, k in sorted((start[k] + request[k], k) for _, _, k in running):
+        free_procs += nodes[k] * ppn
+        shadow = est
+        if free_procs >= procs_needed:
+            break
+    return shadow
+
+
+def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
+    seq: PreparedSequence, prio: list[int], fcfs: list[int], *, backfill: bool
+) -> tuple[list[float], float]:
+    """The event loop.  ``prio`` / ``fcfs`` are per-job ranks (see the module docstring).
+
+    Returns the start time of every job and the time of the last start.
+    """
+    submit = seq.submit
+    run = seq.run
+    request = seq.request
+    nodes = seq.nodes
+    procs = seq.procs
+    ppn = seq.procs_per_node
+    n = len(submit)
+    heappush = heapq.heappush
+    heappop = heapq.heappop
+
+    by_prio = [0] * n
+    for j, p in enumerate(prio):
+        by_prio[p] = j
+
+    start: list[float] = [-1.0] * n
+    queue: list[int] = [prio[0]]  # heap of priority ranks, lazily purged of started jobs
+    waiting: dict[int, None] = {0: None}  # insertion (= arrival = index) order
+    running: list[tuple[float, int, int]] = []  # heap of (end, start sequence, job)
+    free = seq.total_nodes
+    now = float(submit[0])
+    nxt = 1
+    counter = 0
+
+    while True:
+        # ---- decision: the policy's choice among the queued jobs
+        while True:
+            j = by_prio[queue[0]]
+            if start[j] < 0.0:
+                break
+            heappop(queue)
+        need = nodes[j]
+
+        if need > free:
+            if not backfill:
+                # head-of-line blocking: advance one event at a time until j fits
+                while need > free:
+                    rel = running[0][0]
+                    while nxt < n and submit[nxt] <= rel:
+                        if submit[nxt] > now:
+                            now = float(submit[nxt])
+                        heappush(queue, prio[nxt])
+                        waiting[nxt] = None
+                        nxt += 1
+                    if rel > now:
+                        now = rel
+                    free += nodes[heappop(running)[2]]
+            else:
+                shadow = _shadow_time(running, start, request, nodes, free, ppn, procs[j], now)
+                lim = shadow - now
+                cands = [k for k in waiting if request[k] < lim]
+                if len(cands) > 1:
+                    cands.sort(key=fcfs.__getitem__)
+                scan = True
+                while need > free:
+                    if scan and cands:
+                        lim = shadow - now
+                        keep: list[int] = []
+                        for k in cands:
+                            if request[k] >= lim:
+                                continue  # can never backfill in this reservation again
+                            nk = nodes[k]
+                            if nk <= free:
+                                start[k] = now
+                                free -= nk
+                                heappush(running, (now + run[k], counter, k))
+                                counter += 1
+                                del waiting[k]
+                            else:
+                                keep.append(k)
+                        cands = keep
+                    scan = False
+                    # advance one event
+                    rel = running[0][0]
+                    if nxt < n and submit[nxt] <= rel:
+                        k = nxt
+                        nxt += 1
+                        if submit[k] > now:
+                            now = float(submit[k])
+                        heappush(queue, prio[k])
+                        waiting[k] = None
+                        # only the new arrival can newly qualify (free and now unchanged/later)
+                        if now + request[k] < shadow:
+                            nk = nodes[k]
+                            if nk <= free:
+                                start[k] = now
+                                free -= nk
+                                heappush(running, (now + run[k], counter, k))
+                                counter += 1
+                                del waiting[k]
+                            else:
+                                cands.append(k)
+                    else:
+                        if rel > now:
+                            now = rel
+                        free += nodes[heappop(running)[2]]
+                        scan = True
+
+        # ---- start the chosen job
+        start[j] = now
+        free -= need
+        heappush(running, (now + run[j], counter, j))
+        counter += 1
+        del waiting[j]
+
+        if not waiting:
+            if nxt >= n:
+                return start, now
+            # advance until exactly one job has arrived
+            while True:
+                rel = running[0][0] if running else _INF
+                if submit[nxt] <= rel:
+                    if submit[nxt] > now:
+                        now = float(submit[nxt])
+                    heappush(queue, prio[nxt])
+                    waiting[nxt] = None
+                    nxt += 1
+                    break
+                if rel > now:
+                    now = rel
+                free += nodes[heappop(running)[2]]
+
+
+# ---------------------------------------------------------------- sequence sampling (A.3)
+
+
+def legacy_gym_rng(seed: int) -> np.random.RandomState:
+    """gym's legacy ``seeding.np_random(seed)``: SHA-512 of the decimal seed -> uint32 words."""
+    if seed < 0:
+        raise ValueError("seed must be a non-negative integer")
+    seed = seed % 2**64
+    digest = hashlib.sha512(str(seed).encode("utf8")).digest()[:8]
+    padded = digest + b"\0" * 4  # gym pads even a multiple of 4 with a full word
+    big = 0
+    for i, word in enumerate(struct.unpack("<3I", padded)):
+        big += word << (32 * i)
+    words: list[int] = []
+    while big > 0:
+        big, mod = divmod(big, 2**32)
+        words.append(mod)
+    return np.random.RandomState(words or [0])
+
+
+def sample_starts(
+    n_jobs: int, length: int, count: int, seed: int, *, batch_slice: int = 0
+) -> list[int]:
+    """Start indices of ``count`` sequences: ``randint(length, upper - length - 1)`` each."""
+    upper = n_jobs if batch_slice == 0 else batch_slice
+    if batch_slice and batch_slice < length:
+        raise ValueError("batch_slice must be 0 or at least the sequence length")
+    high = upper - length - 1
+    if high <= length:
+        raise ValueError(
+            f"trace too short: {upper} jobs cannot hold sequences of {length} "
+            f"(need more than {2 * length + 1})"
+        )
+    rng = legacy_gym_rng(seed)
+    return [int(rng.randint(length, high)) for _ in range(count)]
