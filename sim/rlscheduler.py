@@ -29,8 +29,8 @@ This is exact when the trace is ordered by submit time (ties by id), which is ho
 from __future__ import annotations
 
 import hashlib
-import math
 import heapq
+import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
