@@ -1,0 +1,209 @@
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from kairos_client._base_client import RequestOptions
+from kairos_client._pagination import AsyncPaginator, SyncCursorPage
+from kairos_client._params import list_params, plain
+from kairos_client._resource import AsyncAPIResource, SyncAPIResource, path
+from kairos_client._types import NOT_GIVEN, NotGiven, Timeout, strip_not_given
+from kairos_client.types.cluster import Cluster
+from kairos_client.types.decision import Decision
+
+__all__ = ["AsyncClusters", "Clusters"]
+
+
+def _upsert(
+    cluster_id: str,
+    *,
+    resources: Sequence[str],
+    name: str | NotGiven | None,
+    policy: str | NotGiven | None,
+    fallback: str | NotGiven | None,
+    backfill: Literal["easy", "none"] | NotGiven,
+    labels: Mapping[str, str] | NotGiven,
+    timeout: Timeout | NotGiven,
+) -> RequestOptions:
+    body = strip_not_given(
+        {
+            "resources": list(resources),
+            "name": name,
+            "policy": policy,
+            "fallback": fallback,
+            "backfill": backfill,
+            "labels": plain(labels),
+        }
+    )
+    return RequestOptions("PUT", path("/v1/clusters/{}", cluster_id), json=body, timeout=timeout)
+
+
+def _schedule(
+    cluster_id: str,
+    *,
+    dry_run: bool | NotGiven,
+    now: float | NotGiven,
+    policy: str | NotGiven,
+    explain: bool | NotGiven,
+    timeout: Timeout | NotGiven,
+    idempotency_key: str | NotGiven,
+) -> RequestOptions:
+    body = strip_not_given({"dry_run": dry_run, "now": now, "policy": policy, "explain": explain})
+    return RequestOptions(
+        "POST",
+        path("/v1/clusters/{}/schedule", cluster_id),
+        json=body,
+        timeout=timeout,
+        idempotency_key=idempotency_key,
+    )
+
+
+class Clusters(SyncAPIResource):
+    """``client.clusters``: create/update, read, list and delete clusters; run scheduling."""
+
+    def upsert(
+        self,
+        cluster_id: str,
+        *,
+        resources: Sequence[str],
+        name: str | NotGiven | None = NOT_GIVEN,
+        policy: str | NotGiven | None = NOT_GIVEN,
+        fallback: str | NotGiven | None = NOT_GIVEN,
+        backfill: Literal["easy", "none"] | NotGiven = NOT_GIVEN,
+        labels: Mapping[str, str] | NotGiven = NOT_GIVEN,
+        timeout: Timeout | NotGiven = NOT_GIVEN,
+    ) -> Cluster:
+        """Create the cluster, or replace its configuration (``PUT /v1/clusters/{id}``).
+
+        ``policy`` is ``"<name>[@version]"`` of a learned or heuristic policy; ``fallback`` the
+        heuristic used when the policy cannot answer in time.
+        """
+        options = _upsert(
+            cluster_id,
+            resources=resources,
+            name=name,
+            policy=policy,
+            fallback=fallback,
+            backfill=backfill,
+            labels=labels,
+            timeout=timeout,
+        )
+        return self._client.parse_model(Cluster, self._client.request(options))
+
+    def retrieve(self, cluster_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> Cluster:
+        """One cluster with its totals (capacity, allocated, free, pending/running counts)."""
+        options = RequestOptions("GET", path("/v1/clusters/{}", cluster_id), timeout=timeout)
+        return self._client.parse_model(Cluster, self._client.request(options))
+
+    def list(
+        self, *, limit: int | NotGiven = NOT_GIVEN, timeout: Timeout | NotGiven = NOT_GIVEN
+    ) -> SyncCursorPage[Cluster]:
+        """Every cluster of this tenant; iterate the result to walk all pages."""
+        return self._client.get_page(
+            Cluster, "/v1/clusters", params=list_params(limit), timeout=timeout
+        )
+
+    def delete(self, cluster_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> None:
+        """Delete the cluster with its nodes and jobs."""
+        self._client.request(
+            RequestOptions("DELETE", path("/v1/clusters/{}", cluster_id), timeout=timeout)
+        )
+
+    def schedule(
+        self,
+        cluster_id: str,
+        *,
+        dry_run: bool | NotGiven = NOT_GIVEN,
+        now: float | NotGiven = NOT_GIVEN,
+        policy: str | NotGiven = NOT_GIVEN,
+        explain: bool | NotGiven = NOT_GIVEN,
+        timeout: Timeout | NotGiven = NOT_GIVEN,
+        idempotency_key: str | NotGiven = NOT_GIVEN,
+    ) -> Decision:
+        """Run one scheduling cycle. Unless ``dry_run``, the allocations are applied (jobs become
+        ``running``, node capacity is taken) atomically with storing the decision."""
+        options = _schedule(
+            cluster_id,
+            dry_run=dry_run,
+            now=now,
+            policy=policy,
+            explain=explain,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        )
+        return self._client.parse_model(Decision, self._client.request(options))
+
+
+class AsyncClusters(AsyncAPIResource):
+    """``client.clusters`` of :class:`~kairos_client.AsyncClient`."""
+
+    async def upsert(
+        self,
+        cluster_id: str,
+        *,
+        resources: Sequence[str],
+        name: str | NotGiven | None = NOT_GIVEN,
+        policy: str | NotGiven | None = NOT_GIVEN,
+        fallback: str | NotGiven | None = NOT_GIVEN,
+        backfill: Literal["easy", "none"] | NotGiven = NOT_GIVEN,
+        labels: Mapping[str, str] | NotGiven = NOT_GIVEN,
+        timeout: Timeout | NotGiven = NOT_GIVEN,
+    ) -> Cluster:
+        """Create the cluster, or replace its configuration (``PUT /v1/clusters/{id}``)."""
+        options = _upsert(
+            cluster_id,
+            resources=resources,
+            name=name,
+            policy=policy,
+            fallback=fallback,
+            backfill=backfill,
+            labels=labels,
+            timeout=timeout,
+        )
+        return self._client.parse_model(Cluster, await self._client.request(options))
+
+    async def retrieve(
+        self, cluster_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN
+    ) -> Cluster:
+        """One cluster with its totals (capacity, allocated, free, pending/running counts)."""
+        options = RequestOptions("GET", path("/v1/clusters/{}", cluster_id), timeout=timeout)
+        return self._client.parse_model(Cluster, await self._client.request(options))
+
+    def list(
+        self, *, limit: int | NotGiven = NOT_GIVEN, timeout: Timeout | NotGiven = NOT_GIVEN
+    ) -> AsyncPaginator[Cluster]:
+        """Every cluster of this tenant: ``await`` for the first page, ``async for`` for all."""
+        return AsyncPaginator(
+            lambda: self._client.get_page(
+                Cluster, "/v1/clusters", params=list_params(limit), timeout=timeout
+            )
+        )
+
+    async def delete(self, cluster_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> None:
+        """Delete the cluster with its nodes and jobs."""
+        await self._client.request(
+            RequestOptions("DELETE", path("/v1/clusters/{}", cluster_id), timeout=timeout)
+        )
+
+    async def schedule(
+        self,
+        cluster_id: str,
+        *,
+        dry_run: bool | NotGiven = NOT_GIVEN,
+        now: float | NotGiven = NOT_GIVEN,
+        policy: str | NotGiven = NOT_GIVEN,
+        explain: bool | NotGiven = NOT_GIVEN,
+        timeout: Timeout | NotGiven = NOT_GIVEN,
+        idempotency_key: str | NotGiven = NOT_GIVEN,
+    ) -> Decision:
+        """Run one scheduling cycle (see :meth:`Clusters.schedule`)."""
+        options = _schedule(
+            cluster_id,
+            dry_run=dry_run,
+            now=now,
+            policy=policy,
+            explain=explain,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        )
+        return self._client.parse_model(Decision, await self._client.request(options))

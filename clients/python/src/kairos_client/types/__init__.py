@@ -1,0 +1,35 @@
+"""Response models and request parameter shapes."""
+
+from kairos_client.types.cluster import Cluster
+from kairos_client.types.decision import Allocation, Decision, Fallback, PolicyRef, Reservation
+from kairos_client.types.job import Job, JobEventType, JobState
+from kairos_client.types.node import Node
+from kairos_client.types.params import (
+    JobSpecParam,
+    NodeParam,
+    PlacementParam,
+    RunningJobParam,
+    SnapshotNodeParam,
+)
+from kairos_client.types.policy import Policy
+from kairos_client.types.shared import Placement
+
+__all__ = [
+    "Allocation",
+    "Cluster",
+    "Decision",
+    "Fallback",
+    "Job",
+    "JobEventType",
+    "JobSpecParam",
+    "JobState",
+    "Node",
+    "NodeParam",
+    "Placement",
+    "PlacementParam",
+    "Policy",
+    "PolicyRef",
+    "Reservation",
+    "RunningJobParam",
+    "SnapshotNodeParam",
+]

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from kairos_client._models import BaseModel
+from kairos_client.types.shared import Placement
+
+
+class PolicyRef(BaseModel):
+    """Which scheduler made a decision."""
+
+    name: str
+    version: str | None = None
+    kind: Literal["onnx", "heuristic"] | str
+
+
+class Fallback(BaseModel):
+    """Whether the heuristic fallback decided instead of the configured policy, and why."""
+
+    used: bool
+    reason: str | None = None
+
+
+class Allocation(BaseModel):
+    """A job started by a decision, with where its tasks go."""
+
+    job_id: str
+    placements: list[Placement]
+
+
+class Reservation(BaseModel):
+    """A backfill reservation: ``job_id`` is guaranteed to start no later than ``start_at``."""
+
+    job_id: str
+    start_at: float
+
+
+class Decision(BaseModel):
+    """One scheduling decision (stored in the decision log)."""
+
+    id: str
+    cluster_id: str | None = None
+    created_at: float
+    policy: PolicyRef
+    fallback: Fallback
+    allocations: list[Allocation] = Field(default_factory=list[Allocation])
+    reservations: list[Reservation] = Field(default_factory=list[Reservation])
+    queue_length: int
+    latency_ms: float
+    dry_run: bool = False
+    explain: dict[str, Any] | None = None
+
+    def allocated_job_ids(self) -> list[str]:
+        """The ids of the jobs this decision starts, in allocation order."""
+        return [allocation.job_id for allocation in self.allocations]

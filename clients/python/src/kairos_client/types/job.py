@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+from pydantic import Field
+
+from kairos_client._models import BaseModel
+from kairos_client.types.shared import Placement
+
+JobState: TypeAlias = Literal["pending", "running", "finished", "failed", "cancelled"]
+JobEventType: TypeAlias = Literal["finished", "failed", "released", "cancelled"]
+
+
+class Job(BaseModel):
+    """A gang job: ``tasks`` identical tasks that start together, each needing ``per_task``."""
+
+    id: str
+    tasks: int = 1
+    per_task: dict[str, float]
+    walltime_s: float
+    submit_time: float
+    priority: int = 0
+    user: str | None = None
+    queue: str | None = None
+    depends_on: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    state: JobState | str
+    placements: list[Placement] = Field(default_factory=list[Placement])
+    start_time: float | None = None
+    end_time: float | None = None
+    decision_id: str | None = None

@@ -1,0 +1,61 @@
+"""Request parameter shapes (``TypedDict``): pass plain dicts, type checkers check the keys."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal, Required, TypedDict
+
+
+class PlacementParam(TypedDict):
+    node_id: str
+    tasks: int
+
+
+class NodeParam(TypedDict, total=False):
+    """A node in ``nodes.upsert_many``."""
+
+    id: Required[str]
+    capacity: Required[Mapping[str, float]]
+    labels: Mapping[str, str]
+    state: Literal["up", "down", "drain"]
+
+
+class JobSpecParam(TypedDict, total=False):
+    """A job to submit (``JobSpec`` in the API)."""
+
+    id: Required[str]
+    per_task: Required[Mapping[str, float]]
+    walltime_s: Required[float]
+    tasks: int
+    submit_time: float
+    priority: int
+    user: str
+    queue: str
+    depends_on: Sequence[str]
+    labels: Mapping[str, str]
+
+
+class SnapshotNodeParam(TypedDict, total=False):
+    """A node in a stateless ``decide`` snapshot."""
+
+    id: Required[str]
+    capacity: Required[Mapping[str, float]]
+    allocated: Mapping[str, float]
+    state: Literal["up", "down", "drain"]
+
+
+class RunningJobParam(TypedDict):
+    """A running job in a stateless ``decide`` snapshot."""
+
+    job: JobSpecParam
+    placements: Sequence[PlacementParam]
+    start_time: float
+
+
+__all__ = [
+    "JobSpecParam",
+    "NodeParam",
+    "PlacementParam",
+    "RunningJobParam",
+    "SnapshotNodeParam",
+]
