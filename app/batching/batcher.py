@@ -1,0 +1,165 @@
+"""``MicroBatcher``: collect concurrent requests into batches and handle each batch off the loop.
+
+Plain asyncio, transport-agnostic: the embedded default feeds it from the HTTP routes, the Redis
+worker feeds it from the request stream.  A batch closes when it holds ``max_batch`` items or
+``max_wait_ms`` has passed since its first item arrived; the handler then runs in a thread
+(``asyncio.to_thread`` or a given executor), never on the event loop.
+
+The handler gets the batch's items and returns one result per item, in order.  If it raises,
+every item of that batch gets the exception (handlers that must isolate items, like
+:func:`app.policy.selector.decide_many`, catch per item themselves).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+BatchHandler = Callable[[Sequence[T]], Sequence[R]]
+BatchObserver = Callable[[int, float], None]
+
+
+class BatcherClosedError(RuntimeError):
+    """Raised by :meth:`MicroBatcher.submit` once the batcher is stopped."""
+
+
+@dataclass(slots=True)
+class _Pending(Generic[T, R]):
+    item: T
+    future: asyncio.Future[R]
+
+
+class MicroBatcher(Generic[T, R]):
+    """Batch concurrent :meth:`submit` calls; ``on_batch(size, seconds)`` observes each batch."""
+
+    def __init__(
+        self,
+        handler: BatchHandler[T, R],
+        *,
+        max_batch: int,
+        max_wait_ms: float,
+        executor: Executor | None = None,
+        on_batch: BatchObserver | None = None,
+        concurrency: int = 1,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        if max_wait_ms < 0:
+            raise ValueError("max_wait_ms must be >= 0")
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self._handler = handler
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_ms / 1000.0
+        self._executor = executor
+        self._on_batch = on_batch
+        self._concurrency = concurrency
+        self._queue: asyncio.Queue[_Pending[T, R]] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting for a batch (not counting the ones being handled)."""
+        return 0 if self._queue is None else self._queue.qsize()
+
+    @property
+    def running(self) -> bool:
+        return bool(self._tasks) and not self._closed
+
+    def start(self) -> None:
+        """Start the collector tasks on the running loop (idempotent)."""
+        if self._tasks:
+            return
+        self._closed = False
+        self._queue = asyncio.Queue()
+        self._tasks = [
+            asyncio.create_task(self._run(), name=f"micro-batcher-{i}")
+            for i in range(self._concurrency)
+        ]
+
+    async def stop(self) -> None:
+        """Stop collecting; requests still queued get :class:`BatcherClosedError`."""
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._queue is not None:
+            while not self._queue.empty():
+                pending = self._queue.get_nowait()
+                if not pending.future.done():
+                    pending.future.set_exception(BatcherClosedError("batcher stopped"))
+
+    async def submit(self, item: T) -> R:
+        """Queue ``item`` and wait for its result."""
+        if self._closed or self._queue is None:
+            raise BatcherClosedError("batcher is not running")
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Pending(item, future))
+        return await future
+
+    async def _collect(self, queue: asyncio.Queue[_Pending[T, R]]) -> list[_Pending[T, R]]:
+        batch = [await queue.get()]
+        closes_at = time.monotonic() + self.max_wait_s
+        while len(batch) < self.max_batch:
+            while len(batch) < self.max_batch and not queue.empty():
+                batch.append(queue.get_nowait())
+            if len(batch) >= self.max_batch:
+                break
+            remaining = closes_at - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                batch.append(await asyncio.wait_for(queue.get(), remaining))
+            except TimeoutError:
+                break
+        return batch
+
+    async def _handle(self, live: list[_Pending[T, R]]) -> None:
+        items = [p.item for p in live]
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        try:
+            results = await loop.run_in_executor(self._executor, self._handler, items)
+            if len(results) != len(items):
+                raise RuntimeError(
+                    f"batch handler returned {len(results)} results for {len(items)} items"
+                )
+        except asyncio.CancelledError:
+            _fail(live, BatcherClosedError("batcher stopped"))
+            raise
+        except Exception as exc:  # delivered to every waiter of the batch
+            _fail(live, exc)
+            return
+        finally:
+            if self._on_batch is not None:
+                self._on_batch(len(items), time.perf_counter() - started)
+        for pending, result in zip(live, results, strict=True):
+            if not pending.future.done():
+                pending.future.set_result(result)
+
+    async def _run(self) -> None:
+        assert self._queue is not None
+        queue = self._queue
+        while True:
+            batch = await self._collect(queue)
+            live = [p for p in batch if not p.future.cancelled()]
+            if live:
+                await self._handle(live)
+
+
+def _fail(pendings: list[_Pending[T, R]], exc: BaseException) -> None:
+    for pending in pendings:
+        if not pending.future.done():
+            pending.future.set_exception(exc)

@@ -1,0 +1,192 @@
+"""Every ONNX model under ``MODELS_DIR``: loaded or refused (with the reason).
+
+Discovery happens once, at startup (:meth:`PolicyRegistry.discover`); uploads
+(:meth:`PolicyRegistry.install`) validate in memory, then write the version directory atomically
+(a temporary sibling directory renamed into place) so a half-written model is never discovered.
+
+Names follow ``<name>[@<version>]``; without a version the newest loaded one is meant (versions
+compare naturally: ``2 < 10``, ``1.2 < 1.10``).  A name that is a heuristic is resolved by the
+selector, not here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.policy.onnx_policy import (
+    CARD_FILE,
+    MODEL_FILE,
+    OnnxPolicy,
+    PolicyRefusedError,
+    RefusalReason,
+    RuntimeOptions,
+    file_sha256,
+)
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")
+
+
+class ModelExistsError(Exception):
+    """``install`` of a name@version that is already there."""
+
+
+@dataclass(slots=True)
+class ModelEntry:
+    name: str
+    version: str
+    path: Path
+    policy: OnnxPolicy | None
+    reason: RefusalReason | None = None
+    message: str | None = None
+    sha256: str | None = None
+    card: dict[str, Any] | None = field(default=None)
+
+    @property
+    def loaded(self) -> bool:
+        return self.policy is not None
+
+    @property
+    def domain(self) -> str | None:
+        if self.card is not None and isinstance(self.card.get("domain"), str):
+            return str(self.card["domain"])
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "version": self.version,
+            "kind": "onnx",
+            "domain": self.domain,
+            "sha256": self.sha256,
+            "card": self.card,
+            "loaded": self.loaded,
+        }
+        if self.reason is not None:
+            out["refused"] = {"reason": self.reason.value, "message": self.message}
+        return out
+
+
+def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
+    """Natural order: numeric parts compare as numbers and sort before text parts."""
+    parts = re.split(r"[._\-]", version)
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+
+
+def split_name(spec: str) -> tuple[str, str | None]:
+    name, sep, version = spec.partition("@")
+    return name, (version if sep else None)
+
+
+def _read_card(path: Path) -> dict[str, Any] | None:
+    try:
+        raw = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+class PolicyRegistry:
+    """Thread-safe map ``(name, version) -> ModelEntry``."""
+
+    def __init__(self, models_dir: Path, options: RuntimeOptions | None = None) -> None:
+        self.models_dir = models_dir
+        self.options = options or RuntimeOptions()
+        self._entries: dict[tuple[str, str], ModelEntry] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ loading
+
+    def _load(self, name: str, version: str, directory: Path) -> ModelEntry:
+        model_path = directory / MODEL_FILE
+        sha = file_sha256(model_path) if model_path.is_file() else None
+        card = _read_card(directory / CARD_FILE)
+        try:
+            policy = OnnxPolicy.load(directory, options=self.options)
+        except PolicyRefusedError as exc:
+            return ModelEntry(name, version, directory, None, exc.reason, exc.message, sha, card)
+        return ModelEntry(name, version, directory, policy, None, None, policy.sha256, card)
+
+    def discover(self) -> list[ModelEntry]:
+        """(Re)scan ``models_dir``; returns every entry, loaded or refused."""
+        found: dict[tuple[str, str], ModelEntry] = {}
+        if self.models_dir.is_dir():
+            for model_dir in sorted(p for p in self.models_dir.iterdir() if p.is_dir()):
+                if model_dir.name.startswith(".") or not _SEGMENT.match(model_dir.name):
+                    continue
+                for version_dir in sorted(p for p in model_dir.iterdir() if p.is_dir()):
+                    if version_dir.name.startswith(".") or not _SEGMENT.match(version_dir.name):
+                        continue
+                    entry = self._load(model_dir.name, version_dir.name, version_dir)
+                    found[(entry.name, entry.version)] = entry
+        with self._lock:
+            self._entries = found
+        return self.entries()
+
+    def install(self, model: bytes, card: bytes) -> ModelEntry:
+        """Validate an upload and write it to ``<models_dir>/<name>/<version>/``.
+
+        Raises :class:`PolicyRefusedError` (nothing written) or :class:`ModelExistsError`.
+        """
+        policy = OnnxPolicy.from_bytes(model, card, options=self.options)
+        name, version = policy.card.name, policy.card.version
+        if not _SEGMENT.match(name) or not _SEGMENT.match(version):
+            raise PolicyRefusedError(
+                RefusalReason.INVALID_CARD, f"name {name!r} / version {version!r} not allowed"
+            )
+        target = self.models_dir / name / version
+        with self._lock:
+            if target.exists() or (name, version) in self._entries:
+                raise ModelExistsError(f"{name}@{version} already exists")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=target.parent))
+            try:
+                for filename, data in ((MODEL_FILE, model), (CARD_FILE, card)):
+                    with (staging / filename).open("wb") as handle:
+                        handle.write(data)
+                        handle.flush()
+                        os.fsync(handle.fileno())
+                os.rename(staging, target)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            policy.path = target
+            entry = ModelEntry(
+                name, version, target, policy, sha256=policy.sha256, card=dict(policy.card.raw)
+            )
+            self._entries[(name, version)] = entry
+        return entry
+
+    # ------------------------------------------------------------------ lookup
+
+    def entries(self) -> list[ModelEntry]:
+        with self._lock:
+            items = list(self._entries.values())
+        return sorted(items, key=lambda e: (e.name, version_key(e.version)))
+
+    def versions(self, name: str) -> list[ModelEntry]:
+        return [e for e in self.entries() if e.name == name]
+
+    def find(self, spec: str) -> ModelEntry | None:
+        """The entry for ``name@version``, or for ``name`` the newest loaded (else newest) one."""
+        name, version = split_name(spec)
+        with self._lock:
+            if version is not None:
+                return self._entries.get((name, version))
+            candidates = [e for (n, _), e in self._entries.items() if n == name]
+        if not candidates:
+            return None
+        loaded = [e for e in candidates if e.loaded]
+        pool = loaded or candidates
+        return max(pool, key=lambda e: version_key(e.version))
+
+    def names(self) -> Iterable[str]:
+        return sorted({e.name for e in self.entries()})

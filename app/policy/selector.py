@@ -1,0 +1,352 @@
+"""The fallback chain and the step-synchronous batched decision.
+
+A :class:`DecisionRequest` names a primary policy (a heuristic name or an ONNX ``name[@version]``),
+a fallback heuristic (default F1, with the request's backfilling, EASY by default) and optionally a
+shadow policy.  :func:`decide_many` decides a whole batch:
+
+* heuristic primaries decide directly (no fallback involved);
+* ONNX primaries run step-synchronously: at every step, **one** inference per model scores the
+  candidates of every request still deciding (``encode_batch`` pads them to one ``N``), and each
+  request applies its own pick with its own mask (ADR 0041);
+* the fallback heuristic decides instead, recording a machine-readable :class:`FallbackReason`
+  (ADR 0042), when the model is missing or refused, inference raises or returns the wrong shape,
+  a request's logits are NaN/inf where its mask is true, every candidate is masked, the pick is
+  refused by the decision loop, or the request's deadline would pass before the next step;
+* a shadow policy is decided the same way from the same snapshot; it never falls back (a failing
+  shadow is recorded as ``None`` with its reason) and never affects the served decision;
+* one request's bad snapshot (``SnapshotError``...) is an error outcome for that request only.
+
+This module is synchronous and CPU-bound: call it from a thread (the :class:`MicroBatcher` does).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from app.domain.decision import DecisionConfig, DecisionRun, decide
+from app.domain.encoding import EncodedBatch, LogitsArray, encode_batch, masked_argmax
+from app.domain.errors import DomainError, UnknownHeuristicError
+from app.domain.heuristics import get_heuristic
+from app.domain.policy import OrderingPolicy
+from app.domain.types import ClusterState, Decision
+from app.policy.onnx_policy import InferenceFailure, OnnxPolicy, PolicyInferenceError
+from app.policy.registry import PolicyRegistry
+
+DEFAULT_FALLBACK = "f1"
+#: Time kept in hand for the fallback heuristic when judging whether the deadline would pass.
+DEFAULT_FALLBACK_RESERVE_S = 0.003
+
+
+class FallbackReason(StrEnum):
+    MODEL_MISSING = "model_missing"
+    MODEL_REFUSED = "model_refused"
+    INFERENCE_ERROR = "inference_error"
+    INVALID_OUTPUT = "invalid_output"
+    NON_FINITE_OUTPUT = "non_finite_output"
+    ALL_MASKED = "all_masked"
+    INVALID_PICK = "invalid_pick"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+
+
+_INFERENCE_REASONS = {
+    InferenceFailure.INFERENCE_ERROR: FallbackReason.INFERENCE_ERROR,
+    InferenceFailure.INVALID_OUTPUT: FallbackReason.INVALID_OUTPUT,
+    InferenceFailure.NON_FINITE_OUTPUT: FallbackReason.NON_FINITE_OUTPUT,
+    InferenceFailure.ALL_MASKED: FallbackReason.ALL_MASKED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRequest:
+    request_id: str
+    state: ClusterState
+    config: DecisionConfig = field(default_factory=DecisionConfig)
+    policy: str = DEFAULT_FALLBACK
+    fallback: str = DEFAULT_FALLBACK
+    shadow: str | None = None
+    #: absolute deadline on the ``clock`` passed to :func:`decide_many` (``time.time`` by default)
+    deadline: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowOutcome:
+    policy: str
+    decision: Decision | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionOutcome:
+    request_id: str
+    decision: Decision | None
+    fallback_used: bool = False
+    fallback_reason: FallbackReason | None = None
+    #: human detail for the fallback (e.g. the refusal message)
+    fallback_detail: str | None = None
+    shadow: ShadowOutcome | None = None
+    #: set when the request itself is bad (no decision at all): ``"<ErrorClass>: message"``
+    error: str | None = None
+    error_type: str | None = None
+    #: requests scored together in this request's inference batch (1 for heuristics)
+    batch_size: int = 1
+
+
+@dataclass(slots=True)
+class _Slot:
+    """One DecisionRun driven by an ONNX policy (a primary or a shadow)."""
+
+    index: int  # position in the request list
+    run: DecisionRun
+    shadow: bool
+    failure: FallbackReason | None = None
+    detail: str | None = None
+    max_batch: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.failure is None and not self.run.done
+
+
+@dataclass(slots=True)
+class _Resolved:
+    heuristic: OrderingPolicy | None = None
+    onnx: OnnxPolicy | None = None
+    reason: FallbackReason | None = None
+    detail: str | None = None
+
+
+def resolve(spec: str, registry: PolicyRegistry | None) -> _Resolved:
+    """A heuristic, a loaded ONNX policy, or why neither is available."""
+    try:
+        return _Resolved(heuristic=get_heuristic(spec))
+    except UnknownHeuristicError:
+        pass
+    entry = registry.find(spec) if registry is not None else None
+    if entry is None:
+        return _Resolved(reason=FallbackReason.MODEL_MISSING, detail=f"no policy named {spec!r}")
+    if entry.policy is None:
+        reason = entry.reason.value if entry.reason is not None else "unknown"
+        return _Resolved(
+            reason=FallbackReason.MODEL_REFUSED,
+            detail=f"{entry.name}@{entry.version} refused: {reason}: {entry.message}",
+        )
+    return _Resolved(onnx=entry.policy)
+
+
+def _error_outcome(request_id: str, exc: Exception) -> DecisionOutcome:
+    return DecisionOutcome(
+        request_id=request_id,
+        decision=None,
+        error=str(exc),
+        error_type=type(exc).__name__,
+    )
+
+
+def _deadline_passed(
+    slots: list[_Slot], requests: Sequence[DecisionRequest], now: float, reserve_s: float
+) -> list[_Slot]:
+    """Mark slots whose deadline would pass before the next step; return the others, active."""
+    active: list[_Slot] = []
+    for slot in slots:
+        if not slot.active:
+            continue
+        deadline = requests[slot.index].deadline
+        if deadline is not None and now + reserve_s >= deadline:
+            slot.failure = FallbackReason.DEADLINE_EXCEEDED
+            slot.detail = "the deadline would pass before the next inference"
+            continue
+        active.append(slot)
+    return active
+
+
+def _apply_picks(active: list[_Slot], encoded: EncodedBatch, logits: LogitsArray) -> None:
+    for b, slot in enumerate(active):
+        slot.max_batch = max(slot.max_batch, len(active))
+        mask = encoded.mask[b]
+        if not bool(mask.any()):
+            slot.failure, slot.detail = FallbackReason.ALL_MASKED, "every candidate is masked"
+            continue
+        row = masked_argmax(logits[b], mask)
+        if row is None:
+            slot.failure = FallbackReason.NON_FINITE_OUTPUT
+            slot.detail = "non-finite logits for a pickable candidate"
+            continue
+        try:
+            slot.run.apply(encoded.candidate(b, row))
+        except DomainError as exc:
+            slot.failure, slot.detail = FallbackReason.INVALID_PICK, str(exc)
+
+
+def _step_group(
+    policy: OnnxPolicy,
+    slots: list[_Slot],
+    requests: Sequence[DecisionRequest],
+    clock: Callable[[], float],
+    reserve_s: float,
+) -> None:
+    """Drive every slot of one model to completion, one inference per step."""
+    while True:
+        active = _deadline_passed(slots, requests, clock(), reserve_s)
+        if not active:
+            return
+        encoded = encode_batch([slot.run.view() for slot in active], policy.max_candidates)
+        try:
+            logits = policy.score(encoded.obs, encoded.mask)
+        except PolicyInferenceError as exc:
+            for slot in active:
+                slot.failure, slot.detail = _INFERENCE_REASONS[exc.reason], exc.message
+            return
+        _apply_picks(active, encoded, logits)
+
+
+class _Batch:
+    """The bookkeeping of one :func:`decide_many` call."""
+
+    def __init__(self, requests: Sequence[DecisionRequest], registry: PolicyRegistry | None):
+        self.requests = requests
+        self.registry = registry
+        n = len(requests)
+        self.outcomes: list[DecisionOutcome | None] = [None] * n
+        self.shadows: list[ShadowOutcome | None] = [None] * n
+        self.reasons: list[tuple[FallbackReason, str | None] | None] = [None] * n
+        self.groups: dict[int, tuple[OnnxPolicy, list[_Slot]]] = {}
+        self._resolved: dict[str, _Resolved] = {}
+
+    def resolve(self, spec: str) -> _Resolved:
+        if spec not in self._resolved:
+            self._resolved[spec] = resolve(spec, self.registry)
+        return self._resolved[spec]
+
+    def enqueue(self, policy: OnnxPolicy, slot: _Slot) -> None:
+        self.groups.setdefault(id(policy), (policy, []))[1].append(slot)
+
+    def start(self, i: int) -> None:
+        req = self.requests[i]
+        primary = self.resolve(req.policy)
+        if primary.heuristic is not None:
+            decision = decide(req.state, primary.heuristic, req.config)
+            self.outcomes[i] = DecisionOutcome(req.request_id, decision)
+        elif primary.onnx is not None:
+            self.enqueue(primary.onnx, _Slot(i, DecisionRun(req.state, req.config), shadow=False))
+        else:
+            assert primary.reason is not None
+            self.reasons[i] = (primary.reason, primary.detail)
+        if req.shadow is None:
+            return
+        shadow = self.resolve(req.shadow)
+        if shadow.heuristic is not None:
+            decision = decide(req.state, shadow.heuristic, req.config)
+            self.shadows[i] = ShadowOutcome(req.shadow, decision)
+        elif shadow.onnx is not None:
+            self.enqueue(shadow.onnx, _Slot(i, DecisionRun(req.state, req.config), shadow=True))
+        else:
+            reason = shadow.reason.value if shadow.reason is not None else None
+            self.shadows[i] = ShadowOutcome(req.shadow, None, reason)
+
+    def finish_slot(self, policy: OnnxPolicy, slot: _Slot) -> None:
+        req = self.requests[slot.index]
+        if slot.shadow:
+            if slot.failure is None:
+                self.shadows[slot.index] = ShadowOutcome(
+                    req.shadow or "", slot.run.result(policy.ref)
+                )
+            else:
+                self.shadows[slot.index] = ShadowOutcome(req.shadow or "", None, slot.failure.value)
+        elif slot.failure is None:
+            self.outcomes[slot.index] = DecisionOutcome(
+                req.request_id, slot.run.result(policy.ref), batch_size=max(1, slot.max_batch)
+            )
+        else:
+            self.reasons[slot.index] = (slot.failure, slot.detail)
+
+    def run_groups(self, clock: Callable[[], float], reserve_s: float) -> None:
+        for policy, slots in self.groups.values():
+            live = [s for s in slots if self.outcomes[s.index] is None]
+            try:
+                _step_group(policy, live, self.requests, clock, reserve_s)
+            except Exception as exc:  # e.g. an encoder failure: those requests fall back
+                for slot in live:
+                    if slot.failure is None and not slot.run.done:
+                        slot.failure, slot.detail = FallbackReason.INFERENCE_ERROR, repr(exc)
+            for slot in live:
+                self.finish_slot(policy, slot)
+
+    def final(self, i: int) -> DecisionOutcome:
+        req = self.requests[i]
+        outcome = self.outcomes[i]
+        if outcome is None:
+            reason = self.reasons[i]
+            assert reason is not None
+            outcome = _fallback(req, reason[0], reason[1])
+        shadow = self.shadows[i]
+        if shadow is not None and outcome.error is None:
+            outcome = replace(outcome, shadow=shadow)
+        return outcome
+
+
+def decide_many(
+    requests: Sequence[DecisionRequest],
+    registry: PolicyRegistry | None,
+    *,
+    clock: Callable[[], float] = time.time,
+    fallback_reserve_s: float = DEFAULT_FALLBACK_RESERVE_S,
+) -> list[DecisionOutcome]:
+    """Decide every request; never raises for one request's fault (see the module docstring)."""
+    batch = _Batch(requests, registry)
+    for i, req in enumerate(requests):
+        try:
+            batch.start(i)
+        except Exception as exc:  # isolate this request from its batch-mates
+            batch.outcomes[i] = _error_outcome(req.request_id, exc)
+    batch.run_groups(clock, fallback_reserve_s)
+    return [batch.final(i) for i in range(len(requests))]
+
+
+def _fallback(req: DecisionRequest, reason: FallbackReason, detail: str | None) -> DecisionOutcome:
+    try:
+        heuristic = get_heuristic(req.fallback)
+    except UnknownHeuristicError:
+        heuristic = get_heuristic(DEFAULT_FALLBACK)
+    try:
+        decision = decide(req.state, heuristic, req.config)
+    except Exception as exc:  # the snapshot itself is bad
+        return _error_outcome(req.request_id, exc)
+    return DecisionOutcome(
+        request_id=req.request_id,
+        decision=decision,
+        fallback_used=True,
+        fallback_reason=reason,
+        fallback_detail=detail,
+    )
+
+
+def decide_one(
+    request: DecisionRequest,
+    registry: PolicyRegistry | None,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> DecisionOutcome:
+    """:func:`decide_many` for a single request (the in-process path without batching)."""
+    return decide_many([request], registry, clock=clock)[0]
+
+
+def decision_agrees(primary: Decision, shadow: Decision) -> bool:
+    """Same jobs started now and the same reservation (placements may differ)."""
+    return {a.job_id for a in primary.allocations} == {a.job_id for a in shadow.allocations} and (
+        {r.job_id for r in primary.reservations} == {r.job_id for r in shadow.reservations}
+    )
+
+
+__all__ = [
+    "DecisionOutcome",
+    "DecisionRequest",
+    "FallbackReason",
+    "ShadowOutcome",
+    "decide_many",
+    "decide_one",
+    "decision_agrees",
+    "resolve",
+]
