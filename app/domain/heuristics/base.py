@@ -56,12 +56,15 @@ class ScoreHeuristic:
         return self._ref
 
     def score(self, job: Job, now: float) -> float:
-        """The job's score at ``now`` (lower is scheduled first)."""
-        del now  # most heuristics do not depend on time; WFP3/UNICEP override score()
+        """The job's score at ``now`` (lower is scheduled first); never NaN."""
+        return finite_key(self.raw_score(job, now))
+
+    def raw_score(self, job: Job, now: float) -> float:
+        del now  # most heuristics do not depend on time; WFP3/UNICEP override raw_score()
         return self.static_score(job)
 
     def static_score(self, job: Job) -> float:
-        raise NotImplementedError(f"{type(self).__name__} must implement score or static_score")
+        raise NotImplementedError(f"{type(self).__name__} must implement a score method")
 
     def size(self, job: Job) -> float:
         return job_size(job, self.size_resource)
@@ -69,7 +72,7 @@ class ScoreHeuristic:
     def order(self, jobs: Sequence[Job], now: float) -> list[Job]:
         """``jobs`` best-first: ascending score, then submit time, then id."""
         score = self.score
-        return sorted(jobs, key=lambda j: (finite_key(score(j, now)), j.submit_time, j.id))
+        return sorted(jobs, key=lambda j: (score(j, now), finite_key(j.submit_time), j.id))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(size_resource={self.size_resource!r})"

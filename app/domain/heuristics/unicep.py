@@ -21,7 +21,7 @@ class Unicep(ScoreHeuristic):
     name = NAME
     description = DESCRIPTION
 
-    def score(self, job: Job, now: float) -> float:
+    def raw_score(self, job: Job, now: float) -> float:
         w = now - job.submit_time
         w = w if w > 0.0 else 0.0
         n = self.size(job)

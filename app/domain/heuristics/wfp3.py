@@ -18,7 +18,7 @@ class Wfp3(ScoreHeuristic):
     name = NAME
     description = DESCRIPTION
 
-    def score(self, job: Job, now: float) -> float:
+    def raw_score(self, job: Job, now: float) -> float:
         w = now - job.submit_time
         w = w if w > 0.0 else 0.0
         x = w / guarded(job.walltime_s)
