@@ -9,8 +9,17 @@ from sdk_fakes import CLUSTER, DECISION, Script, job
 from kairos_client import NOT_GIVEN, AsyncClient, Client, Decision, Policy
 from kairos_client._base_client import DEFAULT_TIMEOUT
 
-NODE = {"id": "n1", "capacity": {"cpu": 8}, "allocated": {}, "free": {"cpu": 8}, "labels": {}}
-POLICY = {"name": "sjf", "version": None, "kind": "heuristic", "domain": "hpc", "loaded": True}
+NODE = {
+    "id": "n1",
+    "cluster_id": "c1",
+    "capacity": {"cpu": 8},
+    "allocated": {},
+    "free": {"cpu": 8},
+    "labels": {},
+    "state": "up",
+    "updated_at": 1000.0,
+}
+POLICY = {"name": "sjf", "version": "1", "kind": "heuristic", "domain": "hpc", "loaded": True}
 
 
 class TestConfiguration:
@@ -209,7 +218,7 @@ class TestAsyncBodies:
             httpx.Response(200, json={"nodes": [NODE]}),
             httpx.Response(201, json=job("j1")),
             httpx.Response(200, json=DECISION),
-            httpx.Response(200, json=DECISION),
+            httpx.Response(200, json={**DECISION, "input": {"now": 1.0}}),
             httpx.Response(200, json={"items": [DECISION], "next_cursor": None}),
             httpx.Response(200, json=[POLICY]),
             httpx.Response(200, json=DECISION),
@@ -218,7 +227,8 @@ class TestAsyncBodies:
         await aclient.nodes.upsert_many("c1", [{"id": "n1", "capacity": {"cpu": 8}}])
         await aclient.jobs.submit("c1", id="j1", per_task={"cpu": 2}, walltime_s=60)
         decision = await aclient.clusters.schedule("c1")
-        assert (await aclient.decisions.retrieve(decision.id)).id == "d1"
+        detail = await aclient.decisions.retrieve(decision.id)
+        assert (detail.id, detail.input) == ("d1", {"now": 1.0})
         assert [d.id async for d in aclient.decisions.list("c1")] == ["d1"]
         assert (await aclient.policies.list())[0].name == "sjf"
         await aclient.decide(now=1.0, nodes=[], pending=[])

@@ -50,9 +50,13 @@ def _decide_options(
     nodes: Sequence[SnapshotNodeParam],
     pending: Sequence[JobSpecParam],
     running: Sequence[RunningJobParam],
+    finished: Sequence[str],
     policy: str | NotGiven,
+    fallback: str | NotGiven,
     backfill: Literal["easy", "none"] | NotGiven,
+    placement: Literal["first_fit", "best_fit", "tetris"] | NotGiven,
     explain: bool | NotGiven,
+    deadline_ms: float | NotGiven,
     timeout: Timeout | NotGiven,
     idempotency_key: str | NotGiven,
 ) -> RequestOptions:
@@ -62,9 +66,13 @@ def _decide_options(
             "nodes": plain(list(nodes)),
             "running": plain(list(running)),
             "pending": plain(list(pending)),
+            "finished": list(finished) if finished else NOT_GIVEN,
             "policy": policy,
+            "fallback": fallback,
             "backfill": backfill,
+            "placement": placement,
             "explain": explain,
+            "deadline_ms": deadline_ms,
         }
     )
     return RequestOptions(
@@ -167,22 +175,31 @@ class Client(SyncAPIClient):
         nodes: Sequence[SnapshotNodeParam],
         pending: Sequence[JobSpecParam],
         running: Sequence[RunningJobParam] = (),
+        finished: Sequence[str] = (),
         policy: str | NotGiven = NOT_GIVEN,
+        fallback: str | NotGiven = NOT_GIVEN,
         backfill: Literal["easy", "none"] | NotGiven = NOT_GIVEN,
+        placement: Literal["first_fit", "best_fit", "tetris"] | NotGiven = NOT_GIVEN,
         explain: bool | NotGiven = NOT_GIVEN,
+        deadline_ms: float | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,
     ) -> Decision:
         """Stateless decision over a snapshot (``POST /v1/decide``): nothing in any cluster
-        changes, the decision is stored in the log."""
+        changes, the decision is stored in the log. ``finished`` lists ids of finished jobs
+        that pending jobs may depend on."""
         options = _decide_options(
             now=now,
             nodes=nodes,
             pending=pending,
             running=running,
+            finished=finished,
             policy=policy,
+            fallback=fallback,
             backfill=backfill,
+            placement=placement,
             explain=explain,
+            deadline_ms=deadline_ms,
             timeout=timeout,
             idempotency_key=idempotency_key,
         )
@@ -288,9 +305,13 @@ class AsyncClient(AsyncAPIClient):
         nodes: Sequence[SnapshotNodeParam],
         pending: Sequence[JobSpecParam],
         running: Sequence[RunningJobParam] = (),
+        finished: Sequence[str] = (),
         policy: str | NotGiven = NOT_GIVEN,
+        fallback: str | NotGiven = NOT_GIVEN,
         backfill: Literal["easy", "none"] | NotGiven = NOT_GIVEN,
+        placement: Literal["first_fit", "best_fit", "tetris"] | NotGiven = NOT_GIVEN,
         explain: bool | NotGiven = NOT_GIVEN,
+        deadline_ms: float | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,
     ) -> Decision:
@@ -300,9 +321,13 @@ class AsyncClient(AsyncAPIClient):
             nodes=nodes,
             pending=pending,
             running=running,
+            finished=finished,
             policy=policy,
+            fallback=fallback,
             backfill=backfill,
+            placement=placement,
             explain=explain,
+            deadline_ms=deadline_ms,
             timeout=timeout,
             idempotency_key=idempotency_key,
         )

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Literal, TypeAlias
 
 from kairos_client._base_client import RequestOptions
 from kairos_client._pagination import AsyncPaginator, SyncCursorPage
@@ -13,6 +13,8 @@ from kairos_client.types.decision import Decision
 
 __all__ = ["AsyncClusters", "Clusters"]
 
+PlacementName: TypeAlias = Literal["first_fit", "best_fit", "tetris"]
+
 
 def _upsert(
     cluster_id: str,
@@ -22,6 +24,8 @@ def _upsert(
     policy: str | NotGiven | None,
     fallback: str | NotGiven | None,
     backfill: Literal["easy", "none"] | NotGiven,
+    placement: PlacementName | NotGiven,
+    shadow_policy: str | NotGiven | None,
     labels: Mapping[str, str] | NotGiven,
     timeout: Timeout | NotGiven,
 ) -> RequestOptions:
@@ -32,6 +36,8 @@ def _upsert(
             "policy": policy,
             "fallback": fallback,
             "backfill": backfill,
+            "placement": placement,
+            "shadow_policy": shadow_policy,
             "labels": plain(labels),
         }
     )
@@ -45,10 +51,19 @@ def _schedule(
     now: float | NotGiven,
     policy: str | NotGiven,
     explain: bool | NotGiven,
+    deadline_ms: float | NotGiven,
     timeout: Timeout | NotGiven,
     idempotency_key: str | NotGiven,
 ) -> RequestOptions:
-    body = strip_not_given({"dry_run": dry_run, "now": now, "policy": policy, "explain": explain})
+    body = strip_not_given(
+        {
+            "dry_run": dry_run,
+            "now": now,
+            "policy": policy,
+            "explain": explain,
+            "deadline_ms": deadline_ms,
+        }
+    )
     return RequestOptions(
         "POST",
         path("/v1/clusters/{}/schedule", cluster_id),
@@ -70,13 +85,16 @@ class Clusters(SyncAPIResource):
         policy: str | NotGiven | None = NOT_GIVEN,
         fallback: str | NotGiven | None = NOT_GIVEN,
         backfill: Literal["easy", "none"] | NotGiven = NOT_GIVEN,
+        placement: PlacementName | NotGiven = NOT_GIVEN,
+        shadow_policy: str | NotGiven | None = NOT_GIVEN,
         labels: Mapping[str, str] | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
     ) -> Cluster:
         """Create the cluster, or replace its configuration (``PUT /v1/clusters/{id}``).
 
         ``policy`` is ``"<name>[@version]"`` of a learned or heuristic policy; ``fallback`` the
-        heuristic used when the policy cannot answer in time.
+        heuristic used when the policy cannot answer in time; ``shadow_policy`` one whose
+        choices are recorded next to each decision but never applied.
         """
         options = _upsert(
             cluster_id,
@@ -85,6 +103,8 @@ class Clusters(SyncAPIResource):
             policy=policy,
             fallback=fallback,
             backfill=backfill,
+            placement=placement,
+            shadow_policy=shadow_policy,
             labels=labels,
             timeout=timeout,
         )
@@ -117,17 +137,20 @@ class Clusters(SyncAPIResource):
         now: float | NotGiven = NOT_GIVEN,
         policy: str | NotGiven = NOT_GIVEN,
         explain: bool | NotGiven = NOT_GIVEN,
+        deadline_ms: float | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,
     ) -> Decision:
         """Run one scheduling cycle. Unless ``dry_run``, the allocations are applied (jobs become
-        ``running``, node capacity is taken) atomically with storing the decision."""
+        ``running``, node capacity is taken) atomically with storing the decision.
+        ``deadline_ms`` bounds the primary policy; past it the fallback decides."""
         options = _schedule(
             cluster_id,
             dry_run=dry_run,
             now=now,
             policy=policy,
             explain=explain,
+            deadline_ms=deadline_ms,
             timeout=timeout,
             idempotency_key=idempotency_key,
         )
@@ -146,6 +169,8 @@ class AsyncClusters(AsyncAPIResource):
         policy: str | NotGiven | None = NOT_GIVEN,
         fallback: str | NotGiven | None = NOT_GIVEN,
         backfill: Literal["easy", "none"] | NotGiven = NOT_GIVEN,
+        placement: PlacementName | NotGiven = NOT_GIVEN,
+        shadow_policy: str | NotGiven | None = NOT_GIVEN,
         labels: Mapping[str, str] | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
     ) -> Cluster:
@@ -157,6 +182,8 @@ class AsyncClusters(AsyncAPIResource):
             policy=policy,
             fallback=fallback,
             backfill=backfill,
+            placement=placement,
+            shadow_policy=shadow_policy,
             labels=labels,
             timeout=timeout,
         )
@@ -193,6 +220,7 @@ class AsyncClusters(AsyncAPIResource):
         now: float | NotGiven = NOT_GIVEN,
         policy: str | NotGiven = NOT_GIVEN,
         explain: bool | NotGiven = NOT_GIVEN,
+        deadline_ms: float | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,
     ) -> Decision:
@@ -203,6 +231,7 @@ class AsyncClusters(AsyncAPIResource):
             now=now,
             policy=policy,
             explain=explain,
+            deadline_ms=deadline_ms,
             timeout=timeout,
             idempotency_key=idempotency_key,
         )

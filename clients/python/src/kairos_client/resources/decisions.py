@@ -5,7 +5,7 @@ from kairos_client._pagination import AsyncPaginator, SyncCursorPage
 from kairos_client._params import list_params
 from kairos_client._resource import AsyncAPIResource, SyncAPIResource, path
 from kairos_client._types import NOT_GIVEN, NotGiven, Timeout
-from kairos_client.types.decision import Decision
+from kairos_client.types.decision import Decision, DecisionDetail
 
 __all__ = ["AsyncDecisions", "Decisions"]
 
@@ -13,10 +13,12 @@ __all__ = ["AsyncDecisions", "Decisions"]
 class Decisions(SyncAPIResource):
     """``client.decisions``: the decision log."""
 
-    def retrieve(self, decision_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> Decision:
+    def retrieve(
+        self, decision_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN
+    ) -> DecisionDetail:
         """One decision with its input snapshot."""
         options = RequestOptions("GET", path("/v1/decisions/{}", decision_id), timeout=timeout)
-        return self._client.parse_model(Decision, self._client.request(options))
+        return self._client.parse_model(DecisionDetail, self._client.request(options))
 
     def list(
         self,
@@ -39,10 +41,10 @@ class AsyncDecisions(AsyncAPIResource):
 
     async def retrieve(
         self, decision_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN
-    ) -> Decision:
+    ) -> DecisionDetail:
         """One decision with its input snapshot."""
         options = RequestOptions("GET", path("/v1/decisions/{}", decision_id), timeout=timeout)
-        return self._client.parse_model(Decision, await self._client.request(options))
+        return self._client.parse_model(DecisionDetail, await self._client.request(options))
 
     def list(
         self,

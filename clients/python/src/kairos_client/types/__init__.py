@@ -1,7 +1,15 @@
 """Response models and request parameter shapes."""
 
 from kairos_client.types.cluster import Cluster
-from kairos_client.types.decision import Allocation, Decision, Fallback, PolicyRef, Reservation
+from kairos_client.types.decision import (
+    Allocation,
+    Decision,
+    DecisionDetail,
+    Fallback,
+    PolicyRef,
+    Reservation,
+    Shadow,
+)
 from kairos_client.types.job import Job, JobEventType, JobState
 from kairos_client.types.node import Node
 from kairos_client.types.params import (
@@ -18,6 +26,7 @@ __all__ = [
     "Allocation",
     "Cluster",
     "Decision",
+    "DecisionDetail",
     "Fallback",
     "Job",
     "JobEventType",
@@ -31,5 +40,6 @@ __all__ = [
     "PolicyRef",
     "Reservation",
     "RunningJobParam",
+    "Shadow",
     "SnapshotNodeParam",
 ]

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
@@ -12,8 +12,9 @@ class PolicyRef(BaseModel):
     """Which scheduler made a decision."""
 
     name: str
-    version: str | None = None
-    kind: Literal["onnx", "heuristic"] | str
+    version: str
+    kind: str
+    """``"onnx"`` or ``"heuristic"``."""
 
 
 class Fallback(BaseModel):
@@ -37,10 +38,18 @@ class Reservation(BaseModel):
     start_at: float
 
 
+class Shadow(BaseModel):
+    """What the cluster's shadow policy would have allocated (stored, never applied)."""
+
+    policy: str
+    allocations: list[Allocation]
+
+
 class Decision(BaseModel):
     """One scheduling decision (stored in the decision log)."""
 
     id: str
+    request_id: str | None = None
     cluster_id: str | None = None
     created_at: float
     policy: PolicyRef
@@ -51,7 +60,14 @@ class Decision(BaseModel):
     latency_ms: float
     dry_run: bool = False
     explain: dict[str, Any] | None = None
+    shadow: Shadow | None = None
 
     def allocated_job_ids(self) -> list[str]:
         """The ids of the jobs this decision starts, in allocation order."""
         return [allocation.job_id for allocation in self.allocations]
+
+
+class DecisionDetail(Decision):
+    """A decision read back from the log, with the input snapshot it was made from."""
+
+    input: dict[str, Any] = Field(default_factory=dict[str, Any])

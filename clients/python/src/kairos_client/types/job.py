@@ -15,6 +15,8 @@ class Job(BaseModel):
     """A gang job: ``tasks`` identical tasks that start together, each needing ``per_task``."""
 
     id: str
+    cluster_id: str
+    state: JobState
     tasks: int = 1
     per_task: dict[str, float]
     walltime_s: float
@@ -22,10 +24,10 @@ class Job(BaseModel):
     priority: int = 0
     user: str | None = None
     queue: str | None = None
-    depends_on: list[str] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
-    state: JobState | str
+    depends_on: list[str] = Field(default_factory=list[str])
+    labels: dict[str, str] = Field(default_factory=dict[str, str])
     placements: list[Placement] = Field(default_factory=list[Placement])
     start_time: float | None = None
     end_time: float | None = None
     decision_id: str | None = None
+    """The decision that started the job (``None`` while pending)."""

@@ -11,8 +11,10 @@ class Node(BaseModel):
     """A node of a cluster with what is taken (``allocated``) and what is left (``free``)."""
 
     id: str
+    cluster_id: str
     capacity: dict[str, float]
-    allocated: dict[str, float] = Field(default_factory=dict)
-    free: dict[str, float] = Field(default_factory=dict)
-    labels: dict[str, str] = Field(default_factory=dict)
+    allocated: dict[str, float] = Field(default_factory=dict[str, float])
+    free: dict[str, float] = Field(default_factory=dict[str, float])
+    labels: dict[str, str] = Field(default_factory=dict[str, str])
     state: Literal["up", "down", "drain"] | str = "up"
+    updated_at: float | None = None

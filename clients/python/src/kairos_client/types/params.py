@@ -42,6 +42,7 @@ class SnapshotNodeParam(TypedDict, total=False):
     capacity: Required[Mapping[str, float]]
     allocated: Mapping[str, float]
     state: Literal["up", "down", "drain"]
+    labels: Mapping[str, str]
 
 
 class RunningJobParam(TypedDict):

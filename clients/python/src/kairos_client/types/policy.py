@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from kairos_client._models import BaseModel
 
@@ -9,9 +9,11 @@ class Policy(BaseModel):
     """A scheduling policy the service can use: a heuristic or a loaded ONNX model."""
 
     name: str
-    version: str | None = None
-    kind: Literal["onnx", "heuristic"] | str
-    domain: str | None = None
+    version: str
+    kind: str
+    """``"onnx"`` or ``"heuristic"``."""
+    domain: str
     sha256: str | None = None
     card: dict[str, Any] | None = None
     loaded: bool
+    description: str | None = None
