@@ -1,0 +1,126 @@
+"""One error shape for every error: ``{"error": {"code", "message", "details"}}``.
+
+The service raises :class:`~app.services.errors.ServiceError` subclasses; FastAPI's validation
+errors, Starlette's HTTP errors and anything unexpected are mapped here too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.schemas.common import ErrorResponse
+from app.services.errors import ServiceError
+
+logger = logging.getLogger(__name__)
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "rate_limited",
+    503: "unavailable",
+}
+
+#: ``responses=`` entry for the routers: every operation documents the error shape.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": desc}
+    for code, desc in (
+        (400, "Malformed JSON"),
+        (401, "Missing or unknown API key"),
+        (404, "Unknown resource (or another tenant's)"),
+        (413, "Request body too large"),
+        (422, "Validation error; details name each bad field"),
+    )
+}
+
+
+def error_body(code: str, message: str, details: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": list(details)}}
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: Sequence[dict[str, Any]] = (),
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message, details), status_code=status, headers=headers)
+
+
+def _loc(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+async def _service_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    details = [{"field": d.field, "message": d.message, "type": d.type} for d in exc.details]
+    headers = dict(exc.headers) if exc.headers else None
+    return error_response(exc.status_code, exc.code, exc.message, details, headers)
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in errors):
+        ctx = errors[0].get("ctx") or {}
+        return error_response(
+            400,
+            "malformed_json",
+            "the request body is not valid JSON",
+            [
+                {
+                    "field": "body",
+                    "message": str(ctx.get("error", "invalid JSON")),
+                    "type": "json_invalid",
+                }
+            ],
+        )
+    details = [
+        {"field": _loc(e.get("loc", ())), "message": str(e.get("msg", "")), "type": e.get("type")}
+        for e in errors
+    ]
+    fields = ", ".join(d["field"] for d in details[:5])
+    return error_response(422, "validation_error", f"invalid request: {fields}", details)
+
+
+async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    if exc.status_code == 404 and message == "Not Found":
+        message = "no such route"
+    headers = dict(exc.headers) if exc.headers else None
+    return error_response(exc.status_code, code, message, headers=headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal_error", "an internal error occurred; it has been logged")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

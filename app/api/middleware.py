@@ -1,0 +1,288 @@
+"""Pure-ASGI middleware: metrics, body size limit, ``Idempotency-Key`` replay.
+
+Order (outermost first): metrics -> body limit -> idempotency -> FastAPI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.deps import resolve_tenant
+from app.api.errors import error_body
+from app.db.orm import IdempotencyKeyRecord
+from app.db.repositories.idempotency_repository import IdempotencyRepository
+from app.db.session import Database
+from app.observability import Metrics
+from app.services.errors import ServiceError
+
+logger = logging.getLogger(__name__)
+
+IDEMPOTENCY_HEADER = "idempotency-key"
+MAX_IDEMPOTENCY_KEY_LEN = 255
+
+
+async def _send_json(
+    send: Send,
+    status: int,
+    payload: dict[str, Any],
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = json.dumps(payload).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _replay(body: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+class MetricsMiddleware:
+    """Counts and times every request by its route *template* (``/v1/clusters/{cluster_id}``)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path_format", None) or getattr(route, "path", None)
+            self.metrics.observe_request(
+                scope["method"], template or "unmatched", status, time.perf_counter() - started
+            )
+
+
+class BodyLimitMiddleware:
+    """413 for bodies over ``max_bytes``: by ``Content-Length`` up front, and by counting the
+    streamed bytes (chunked uploads, lying headers). The body is buffered, then replayed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            try:
+                too_big = int(declared) > self.max_bytes
+            except ValueError:
+                await _send_json(send, 400, error_body("bad_request", "invalid Content-Length"))
+                return
+            if too_big:
+                await self._too_large(send)
+                return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        scope.setdefault("state", {})["raw_body"] = body
+        await self.app(scope, _replay(body), send)
+
+    async def _too_large(self, send: Send) -> None:
+        await _send_json(
+            send,
+            413,
+            error_body(
+                "payload_too_large",
+                f"the request body exceeds {self.max_bytes} bytes",
+                [{"field": "body", "message": f"limit is {self.max_bytes} bytes", "type": "size"}],
+            ),
+        )
+
+
+class IdempotencyMiddleware:
+    """Every ``POST`` under ``/v1`` honours ``Idempotency-Key``.
+
+    The first request with a key runs and its response (status < 500, except 401/429) is stored
+    under (tenant, key) with a hash of method, path and body. The same key again with the same
+    request replays the stored response (``Idempotent-Replayed: true``); with a different request
+    it is a 409. See docs/adr/0021-idempotency-keys.md.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        key_raw = dict(scope["headers"]).get(IDEMPOTENCY_HEADER.encode())
+        if key_raw is None or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        key = key_raw.decode("latin-1").strip()
+        if not key or len(key) > MAX_IDEMPOTENCY_KEY_LEN:
+            await _send_json(
+                send,
+                422,
+                error_body(
+                    "validation_error",
+                    "invalid Idempotency-Key",
+                    [
+                        {
+                            "field": "header.Idempotency-Key",
+                            "message": "1-255 characters",
+                            "type": "value_error",
+                        }
+                    ],
+                ),
+            )
+            return
+        request = Request(scope)
+        try:
+            tenant = resolve_tenant(request, _bearer_token(scope))
+        except ServiceError:
+            await self.app(scope, receive, send)  # the route answers 401
+            return
+        body: bytes = scope.get("state", {}).get("raw_body", b"")
+        digest = hashlib.sha256(
+            b"\n".join([scope["method"].encode(), scope["path"].encode(), body])
+        ).hexdigest()
+        database: Database = request.app.state.database
+        async with database.transaction(write=False) as session:
+            stored = await IdempotencyRepository(session).get(tenant, key)
+        if stored is not None:
+            await self._answer_stored(send, stored, digest)
+            return
+        await self._run_and_store(scope, receive, send, database, tenant, key, digest)
+
+    async def _answer_stored(self, send: Send, stored: IdempotencyKeyRecord, digest: str) -> None:
+        if stored.request_hash != digest:
+            await _send_json(
+                send,
+                409,
+                error_body(
+                    "idempotency_key_reused",
+                    "this Idempotency-Key was used with a different request",
+                    [
+                        {
+                            "field": "header.Idempotency-Key",
+                            "message": "reused with another body",
+                            "type": "conflict",
+                        }
+                    ],
+                ),
+            )
+            return
+        body = stored.response_body.encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": stored.status_code,
+                "headers": [
+                    (b"content-type", stored.content_type.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"idempotent-replayed", b"true"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def _run_and_store(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        database: Database,
+        tenant: str,
+        key: str,
+        digest: str,
+    ) -> None:
+        captured: MutableMapping[str, Any] = {"status": 500, "content_type": "", "body": []}
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                captured["status"] = int(message["status"])
+                for name, value in message.get("headers", []):
+                    if name.lower() == b"content-type":
+                        captured["content_type"] = value.decode("latin-1")
+            elif message["type"] == "http.response.body":
+                captured["body"].append(message.get("body", b""))
+            await send(message)
+
+        await self.app(scope, receive, send_wrapper)
+        status = captured["status"]
+        if status >= 500 or status in (401, 429):
+            return
+        record = IdempotencyKeyRecord(
+            tenant=tenant,
+            key=key,
+            method=scope["method"],
+            path=scope["path"],
+            request_hash=digest,
+            status_code=status,
+            response_body=b"".join(captured["body"]).decode("utf-8", errors="replace"),
+            content_type=captured["content_type"] or "application/json",
+        )
+        try:
+            async with database.transaction(write=True) as session:
+                await IdempotencyRepository(session).add(record)
+        except Exception:  # the response is already sent; a lost record only weakens replay
+            logger.exception("could not store idempotency key %r", key)
+
+
+def _bearer_token(scope: Scope) -> str | None:
+    raw = dict(scope["headers"]).get(b"authorization")
+    if raw is None:
+        return None
+    scheme, _, token = raw.decode("latin-1").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+Middleware = Callable[[Scope, Receive, Send], Awaitable[None]]

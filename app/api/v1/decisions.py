@@ -1,0 +1,115 @@
+"""Scheduling rounds and the decision log."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Header
+
+from app.api.deps import CtxDep, DecisionServiceDep, SettingsDep
+from app.api.errors import ERROR_RESPONSES
+from app.api.v1.params import ClusterId, Cursor, DecisionId, Limit
+from app.schemas.common import DEFAULT_PAGE_LIMIT, Page, example
+from app.schemas.decision import (
+    DECIDE_EXAMPLE,
+    DecideRequest,
+    DecisionDetail,
+    DecisionRead,
+    ScheduleRequest,
+)
+from app.services import decisions as decision_log
+from app.services import scheduling
+
+router = APIRouter(tags=["decisions"], responses=ERROR_RESPONSES)
+
+RequestId = Annotated[
+    str | None,
+    Header(
+        alias="X-Request-ID",
+        pattern=r"^[A-Za-z0-9_.:\-]{1,128}$",
+        description="Optional id of this decision request (unique; a repeat is 409)",
+    ),
+]
+
+
+@router.post(
+    "/clusters/{cluster_id}/schedule",
+    response_model=DecisionRead,
+    summary="Run a scheduling round",
+    description=(
+        "Decides which pending jobs start now and where, with the cluster's policy (or `policy`) "
+        "and its fallback. Unless `dry_run`, the allocations are applied atomically with storing "
+        "the decision: jobs become `running`, node capacity is taken. Concurrent rounds on one "
+        "cluster are serialised. `now` defaults to the server's clock."
+    ),
+)
+async def schedule_cluster(
+    cluster_id: ClusterId,
+    ctx: CtxDep,
+    decisions: DecisionServiceDep,
+    settings: SettingsDep,
+    request_id: RequestId = None,
+    body: Annotated[
+        ScheduleRequest | None,
+        Body(
+            openapi_examples={
+                "apply": example("Schedule and apply", {}),
+                "dry": example("Preview with explanations", {"dry_run": True, "explain": True}),
+            }
+        ),
+    ] = None,
+) -> DecisionRead:
+    return await scheduling.schedule_cluster(
+        ctx,
+        cluster_id,
+        body or ScheduleRequest(),
+        decisions=decisions,
+        settings=settings,
+        request_id=request_id,
+    )
+
+
+@router.post(
+    "/decide",
+    response_model=DecisionRead,
+    summary="Decide on a snapshot (stateless)",
+    description=(
+        "Decides on a cluster snapshot sent in the body. Nothing about any cluster changes; the "
+        "decision is stored in the decision log (with `cluster_id: null`)."
+    ),
+)
+async def decide(
+    body: Annotated[
+        DecideRequest,
+        Body(openapi_examples={"small": example("Two nodes, two pending jobs", DECIDE_EXAMPLE)}),
+    ],
+    ctx: CtxDep,
+    decisions: DecisionServiceDep,
+    settings: SettingsDep,
+    request_id: RequestId = None,
+) -> DecisionRead:
+    return await scheduling.decide_snapshot(
+        ctx, body, decisions=decisions, settings=settings, request_id=request_id
+    )
+
+
+@router.get(
+    "/decisions/{decision_id}",
+    response_model=DecisionDetail,
+    summary="Get a decision",
+    description="One decision with its input snapshot (in `/v1/decide` request shape).",
+)
+async def get_decision(decision_id: DecisionId, ctx: CtxDep) -> DecisionDetail:
+    return await decision_log.get_decision(ctx, decision_id)
+
+
+@router.get(
+    "/clusters/{cluster_id}/decisions",
+    response_model=Page[DecisionRead],
+    summary="List a cluster's decisions",
+    description="The cluster's decision log, newest first.",
+)
+async def list_decisions(
+    cluster_id: ClusterId, ctx: CtxDep, limit: Limit = DEFAULT_PAGE_LIMIT, cursor: Cursor = None
+) -> Page[DecisionRead]:
+    return await decision_log.list_decisions(ctx, cluster_id, limit=limit, cursor=cursor)

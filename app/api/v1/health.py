@@ -1,0 +1,66 @@
+"""Operations: liveness, readiness, metrics (outside ``/v1``, no auth)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from app.api.deps import DatabaseDep, DecisionServiceDep, MetricsDep
+
+router = APIRouter(tags=["operations"])
+
+Health = Literal["ok", "degraded", "down"]
+
+
+class Liveness(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    status: Health
+    database: Health
+    queue: Health
+    policies: Health
+
+
+@router.get(
+    "/healthz",
+    response_model=Liveness,
+    summary="Liveness",
+    description="200 while the process serves HTTP; checks nothing else.",
+)
+async def get_healthz() -> Liveness:
+    return Liveness()
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    summary="Readiness",
+    description=(
+        "`database`, `queue` and `policies`, each `ok`, `degraded` or `down`. 200 when a "
+        "decision can be served (a degraded queue still serves in-process), 503 when not."
+    ),
+    responses={503: {"model": Readiness, "description": "A decision cannot be served"}},
+)
+async def get_readyz(database: DatabaseDep, decisions: DecisionServiceDep) -> JSONResponse:
+    db: Health = "ok" if await database.ping() else "down"
+    parts = decisions.health()
+    values = [db, parts["queue"], parts["policies"]]
+    overall: Health = "down" if "down" in values else "degraded" if "degraded" in values else "ok"
+    body = Readiness(status=overall, database=db, queue=parts["queue"], policies=parts["policies"])
+    return JSONResponse(body.model_dump(), status_code=503 if overall == "down" else 200)
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    description="Request counts and latencies by route template, decisions by policy and fallback.",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}}},
+)
+async def get_metrics(metrics: MetricsDep) -> Response:
+    return Response(metrics.render(), media_type=metrics.content_type)

@@ -1,0 +1,43 @@
+"""Policies that can decide: every heuristic (and, with the pipeline, every ONNX model)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from app.api.deps import DecisionServiceDep
+from app.api.errors import ERROR_RESPONSES
+from app.schemas.policy import PolicyRead
+from app.services import policies as policy_service
+
+router = APIRouter(prefix="/policies", tags=["policies"], responses=ERROR_RESPONSES)
+
+PolicyName = Annotated[
+    str,
+    Path(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}(@[A-Za-z0-9_.\-]{1,63})?$",
+        description="`name` or `name@version`",
+        examples=["f1"],
+    ),
+]
+
+
+@router.get(
+    "",
+    response_model=list[PolicyRead],
+    summary="List policies",
+    description="Every policy this service can decide with: heuristics and loaded models.",
+)
+async def list_policies(decisions: DecisionServiceDep) -> list[PolicyRead]:
+    return policy_service.list_policies(decisions)
+
+
+@router.get(
+    "/{name}",
+    response_model=PolicyRead,
+    summary="Get a policy",
+    description="One policy, with its model card when it is a learned one.",
+)
+async def get_policy(name: PolicyName, decisions: DecisionServiceDep) -> PolicyRead:
+    return policy_service.get_policy(decisions, name)

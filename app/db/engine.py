@@ -1,0 +1,80 @@
+"""Engines: plain ``postgresql://`` / ``sqlite:///`` URLs in, async engines with drivers out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+#: Execution option a connection carries to start its transaction with ``BEGIN IMMEDIATE``
+#: (SQLite only): the write lock is taken up front, so a read-then-write transaction never
+#: fails on lock upgrade when another process wrote in between.
+SQLITE_BEGIN_IMMEDIATE = "kairos_begin_immediate"
+
+
+class UnsupportedDatabaseError(ValueError):
+    pass
+
+
+def async_url(url: str) -> URL:
+    """``postgresql://...`` -> asyncpg, ``sqlite:///...`` -> aiosqlite; explicit drivers kept."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "postgresql":
+        if parsed.drivername in {"postgresql", "postgresql+asyncpg"}:
+            return parsed.set(drivername="postgresql+asyncpg")
+    elif backend == "sqlite" and parsed.drivername in {"sqlite", "sqlite+aiosqlite"}:
+        return parsed.set(drivername="sqlite+aiosqlite")
+    raise UnsupportedDatabaseError(
+        f"unsupported database URL {parsed.render_as_string(hide_password=True)!r}: "
+        "use postgresql://user@host:port/db or sqlite:///path"
+    )
+
+
+def is_sqlite(engine: AsyncEngine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 10,
+    max_overflow: int = 20,
+    sqlite_busy_timeout_s: float = 30.0,
+) -> AsyncEngine:
+    target = async_url(url)
+    if target.get_backend_name() == "sqlite":
+        engine = create_async_engine(
+            target, connect_args={"timeout": sqlite_busy_timeout_s}, pool_pre_ping=False
+        )
+        _configure_sqlite(engine, busy_timeout_ms=int(sqlite_busy_timeout_s * 1000))
+        return engine
+    return create_async_engine(
+        target,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+    )
+
+
+def _configure_sqlite(engine: AsyncEngine, *, busy_timeout_ms: int) -> None:
+    sync_engine = engine.sync_engine
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy (the "begin" hook below) own BEGIN instead of pysqlite's implicit one.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        immediate = conn.get_execution_options().get(SQLITE_BEGIN_IMMEDIATE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")

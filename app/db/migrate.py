@@ -1,0 +1,61 @@
+"""Run Alembic from inside the service: ``kairos migrate`` and the on-start upgrade."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.engine import SQLITE_BEGIN_IMMEDIATE
+
+#: migrations/ beside the ``app`` package (the repository root, or the image's /app).
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+#: pg_advisory_xact_lock key: several processes starting at once migrate one at a time.
+_MIGRATION_LOCK_KEY = 0x4B41_4952  # "KAIR"
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head_revisions() -> set[str]:
+    return set(ScriptDirectory.from_config(alembic_config()).get_heads())
+
+
+def _current(connection: Connection) -> set[str]:
+    return set(MigrationContext.configure(connection).get_current_heads())
+
+
+async def current_revisions(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as conn:
+        return await conn.run_sync(_current)
+
+
+async def is_behind(engine: AsyncEngine) -> bool:
+    return await current_revisions(engine) != head_revisions()
+
+
+def _upgrade(connection: Connection) -> None:
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
+    if _current(connection) != head_revisions():
+        command.upgrade(alembic_config(connection), "head")
+
+
+async def upgrade_to_head(engine: AsyncEngine) -> None:
+    """Upgrade to the newest migration in one transaction (a no-op when already there)."""
+    async with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            await conn.execution_options(**{SQLITE_BEGIN_IMMEDIATE: True})
+        async with conn.begin():
+            await conn.run_sync(_upgrade)

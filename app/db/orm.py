@@ -1,0 +1,159 @@
+"""ORM records (``*Record``). Schema changes go through Alembic migrations in ``migrations/``.
+
+Every row an API caller can see belongs to a tenant: clusters carry ``tenant`` and everything under
+a cluster reaches it through ``cluster_pk``; decisions carry ``tenant`` themselves because
+``/v1/decide`` decisions have no cluster. Relationships are ``lazy="raise"``: repositories load
+what they need explicitly.
+
+Times that belong to the scheduling domain (submit, start, end) are epoch seconds (``Double``);
+audit timestamps are timezone-aware ``DateTime``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base
+from app.domain.clock import utc_now
+
+TENANT_LEN = 64
+ID_LEN = 128
+POLICY_LEN = 160
+
+JSONDict = dict[str, Any]
+JSONList = list[Any]
+
+
+class TimestampMixin:
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utc_now, onupdate=utc_now
+    )
+
+
+class ClusterRecord(TimestampMixin, Base):
+    __tablename__ = "clusters"
+    __table_args__ = (UniqueConstraint("tenant", "id"),)
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
+    id: Mapped[str] = mapped_column(String(ID_LEN))
+    name: Mapped[str | None] = mapped_column(String(256))
+    resources: Mapped[JSONList] = mapped_column(JSON)
+    policy: Mapped[str] = mapped_column(String(POLICY_LEN))
+    fallback: Mapped[str] = mapped_column(String(POLICY_LEN))
+    backfill: Mapped[str] = mapped_column(String(16))
+    placement: Mapped[str] = mapped_column(String(16))
+    #: Computed beside the primary on every decision, stored, never served (pipeline issue).
+    shadow_policy: Mapped[str | None] = mapped_column(String(POLICY_LEN))
+    labels: Mapped[JSONDict] = mapped_column(JSON)
+
+
+class NodeRecord(TimestampMixin, Base):
+    __tablename__ = "nodes"
+    __table_args__ = (UniqueConstraint("cluster_pk", "id"),)
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster_pk: Mapped[int] = mapped_column(ForeignKey("clusters.pk", ondelete="CASCADE"))
+    id: Mapped[str] = mapped_column(String(ID_LEN))
+    capacity: Mapped[JSONDict] = mapped_column(JSON)
+    #: Sum of the running jobs' placements; changed only under the cluster lock.
+    allocated: Mapped[JSONDict] = mapped_column(JSON)
+    labels: Mapped[JSONDict] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(8))
+
+
+class DecisionRecord(Base):
+    __tablename__ = "decisions"
+    __table_args__ = (Index("ix_decisions_tenant_cluster_pk_pk", "tenant", "cluster_pk", "pk"),)
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    #: Idempotency key of the decision request: the pipeline stores a decision once per request.
+    request_id: Mapped[str] = mapped_column(String(ID_LEN * 2), unique=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
+    cluster_pk: Mapped[int | None] = mapped_column(ForeignKey("clusters.pk", ondelete="CASCADE"))
+    cluster_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    policy_name: Mapped[str] = mapped_column(String(POLICY_LEN))
+    policy_version: Mapped[str] = mapped_column(String(64))
+    policy_kind: Mapped[str] = mapped_column(String(16))
+    fallback_used: Mapped[bool] = mapped_column(Boolean)
+    fallback_reason: Mapped[str | None] = mapped_column(String(64))
+    shadow_policy: Mapped[str | None] = mapped_column(String(POLICY_LEN))
+    shadow_allocations: Mapped[JSONList | None] = mapped_column(JSON)
+    allocations: Mapped[JSONList] = mapped_column(JSON)
+    reservations: Mapped[JSONList] = mapped_column(JSON)
+    queue_length: Mapped[int] = mapped_column(Integer)
+    latency_ms: Mapped[float] = mapped_column(Double)
+    dry_run: Mapped[bool] = mapped_column(Boolean)
+    explain: Mapped[JSONDict | None] = mapped_column(JSON)
+    input_snapshot: Mapped[JSONDict] = mapped_column(JSON)
+
+
+class JobRecord(TimestampMixin, Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("cluster_pk", "id"),
+        Index("ix_jobs_cluster_pk_state_pk", "cluster_pk", "state", "pk"),
+    )
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster_pk: Mapped[int] = mapped_column(ForeignKey("clusters.pk", ondelete="CASCADE"))
+    id: Mapped[str] = mapped_column(String(ID_LEN))
+    #: The JobSpec as accepted (defaults filled in, submit_time resolved).
+    spec: Mapped[JSONDict] = mapped_column(JSON)
+    #: sha256 of the spec as the client sent it: same id + same hash is an idempotent resubmit.
+    spec_hash: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    submit_time: Mapped[float] = mapped_column(Double)
+    placements: Mapped[JSONList | None] = mapped_column(JSON)
+    start_time: Mapped[float | None] = mapped_column(Double)
+    end_time: Mapped[float | None] = mapped_column(Double)
+    decision_id: Mapped[str | None] = mapped_column(ForeignKey("decisions.id", ondelete="SET NULL"))
+
+
+class JobEventRecord(Base):
+    __tablename__ = "job_events"
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.pk", ondelete="CASCADE"), index=True)
+    type: Mapped[str] = mapped_column(String(16))
+    at: Mapped[float] = mapped_column(Double)
+    from_state: Mapped[str] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+
+class IdempotencyKeyRecord(Base):
+    """A POST's stored response, replayed when the same ``Idempotency-Key`` comes again."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (UniqueConstraint("tenant", "key"),)
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
+    key: Mapped[str] = mapped_column(String(255))
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(String(1024))
+    #: sha256 over method, path and body: same key with another request is a conflict.
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int] = mapped_column(Integer)
+    response_body: Mapped[str] = mapped_column(Text)
+    content_type: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)

@@ -1,0 +1,1 @@
+"""All database queries live here; services call these and never build SQL themselves."""

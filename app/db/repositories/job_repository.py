@@ -1,0 +1,72 @@
+"""Jobs and their events."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.orm import JobEventRecord, JobRecord
+from app.db.repositories.pagination import PageResult, encode_cursor
+
+_CHUNK = 5000
+
+
+class JobRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def get(self, cluster_pk: int, job_id: str) -> JobRecord | None:
+        stmt = select(JobRecord).where(JobRecord.cluster_pk == cluster_pk, JobRecord.id == job_id)
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
+    async def get_many(self, cluster_pk: int, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        found: dict[str, JobRecord] = {}
+        for i in range(0, len(job_ids), _CHUNK):
+            stmt = select(JobRecord).where(
+                JobRecord.cluster_pk == cluster_pk, JobRecord.id.in_(job_ids[i : i + _CHUNK])
+            )
+            found.update({j.id: j for j in (await self.session.execute(stmt)).scalars()})
+        return found
+
+    async def in_states(self, cluster_pk: int, states: Sequence[str]) -> list[JobRecord]:
+        stmt = (
+            select(JobRecord)
+            .where(JobRecord.cluster_pk == cluster_pk, JobRecord.state.in_(states))
+            .order_by(JobRecord.pk)
+        )
+        return list((await self.session.execute(stmt)).scalars())
+
+    async def ids_in_state(self, cluster_pk: int, state: str, job_ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for i in range(0, len(job_ids), _CHUNK):
+            stmt = select(JobRecord.id).where(
+                JobRecord.cluster_pk == cluster_pk,
+                JobRecord.state == state,
+                JobRecord.id.in_(job_ids[i : i + _CHUNK]),
+            )
+            found.update((await self.session.execute(stmt)).scalars())
+        return found
+
+    async def add_all(self, records: Sequence[JobRecord]) -> None:
+        self.session.add_all(records)
+        await self.session.flush()
+
+    async def add_event(self, event: JobEventRecord) -> None:
+        self.session.add(event)
+        await self.session.flush()
+
+    async def page(
+        self, cluster_pk: int, *, state: str | None, after_pk: int | None, limit: int
+    ) -> PageResult[JobRecord]:
+        stmt = select(JobRecord).where(JobRecord.cluster_pk == cluster_pk)
+        if state is not None:
+            stmt = stmt.where(JobRecord.state == state)
+        if after_pk is not None:
+            stmt = stmt.where(JobRecord.pk > after_pk)
+        stmt = stmt.order_by(JobRecord.pk).limit(limit + 1)
+        rows = list((await self.session.execute(stmt)).scalars())
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return PageResult(rows, encode_cursor(rows[-1].pk) if more and rows else None)

@@ -1,0 +1,91 @@
+"""The FastAPI application: ``uvicorn --factory app.main:create_app``.
+
+Nothing happens at import; ``create_app`` wires routers, middleware and error handlers, and the
+lifespan builds (and tears down) the engine and the decision service.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from app.api.docs import install_docs
+from app.api.errors import install_error_handlers
+from app.api.middleware import BodyLimitMiddleware, IdempotencyMiddleware, MetricsMiddleware
+from app.api.v1 import api_router
+from app.api.v1.health import router as health_router
+from app.db.engine import make_engine
+from app.db.migrate import is_behind, upgrade_to_head
+from app.db.session import Database
+from app.observability import Metrics
+from app.services.decision import DecisionService
+from app.settings import Settings, get_settings
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """Scheduling as a service. Register a cluster and its nodes, submit jobs, and ask
+for a scheduling round: Kairos answers with allocations from a learned policy or a heuristic
+fallback, and records every decision.
+
+Errors always have the shape `{"error": {"code", "message", "details"}}`. When the service runs
+with `KAIROS_API_KEYS`, every `/v1` call needs `Authorization: Bearer <key>`. Every `POST` honours
+an `Idempotency-Key` header."""
+
+
+def operation_id(route: APIRoute) -> str:
+    tag = str(route.tags[0]) if route.tags else "default"
+    return f"{tag}-{route.name}"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(
+            settings.DATABASE_URL,
+            pool_size=settings.DB_POOL_SIZE,
+            max_overflow=settings.DB_MAX_OVERFLOW,
+            sqlite_busy_timeout_s=settings.SQLITE_BUSY_TIMEOUT_S,
+        )
+        database = Database(engine)
+        decisions = DecisionService(default_deadline_s=settings.DEFAULT_DEADLINE_MS / 1000.0)
+        decisions.add_observer(metrics.observe_decision)
+        try:
+            if settings.AUTO_MIGRATE and await is_behind(engine):
+                logger.info("database schema is behind; upgrading to head")
+                await upgrade_to_head(engine)
+            await decisions.start()
+            app.state.database = database
+            app.state.decisions = decisions
+            yield
+        finally:
+            await decisions.close()
+            await database.dispose()
+
+    app = FastAPI(
+        title="Kairos",
+        version="1.0.0",
+        summary="Scheduling as a service",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        generate_unique_id_function=operation_id,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.api_keys = settings.api_key_tenants()
+    install_error_handlers(app)
+    app.include_router(health_router)
+    app.include_router(api_router)
+    install_docs(app)
+    app.add_middleware(IdempotencyMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.MAX_BODY_BYTES)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

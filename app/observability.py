@@ -1,0 +1,73 @@
+"""Prometheus metrics and logging setup. Metric objects live in a per-app registry built in
+``create_app`` (never at import), so several apps in one process (tests) do not collide."""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
+
+from app.services.decision import DecisionOutcome
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "kairos_http_requests",
+            "HTTP requests by route template, method and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.request_latency = Histogram(
+            "kairos_http_request_duration_seconds",
+            "HTTP request latency by route template and method.",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "kairos_decisions",
+            "Decisions by deciding policy, its kind and fallback reason ('none' if no fallback).",
+            ["policy", "kind", "fallback_reason"],
+            registry=self.registry,
+        )
+        self.fallbacks = Counter(
+            "kairos_fallback",
+            "Decisions taken by the fallback heuristic, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.decision_latency = Histogram(
+            "kairos_decision_latency_seconds",
+            "Time to compute one decision, by the kind of policy that decided.",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, route, str(status)).inc()
+        self.request_latency.labels(method, route).observe(seconds)
+
+    def observe_decision(self, outcome: DecisionOutcome) -> None:
+        reason = outcome.fallback_reason or "none"
+        self.decisions.labels(outcome.policy.name, outcome.policy.kind, reason).inc()
+        if outcome.fallback_used:
+            self.fallbacks.labels(reason).inc()
+        self.decision_latency.labels(outcome.policy.kind).observe(outcome.latency_ms / 1000.0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    logging.getLogger("app").setLevel(level.upper())

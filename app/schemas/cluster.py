@@ -1,0 +1,110 @@
+"""Clusters and nodes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints
+from pydantic.config import JsonDict
+
+from app.schemas.common import Id, Labels, ReadSchema, ResourceName, Resources, Schema
+
+#: ``"<policy name>[@version]"``.
+PolicyName = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}(@[A-Za-z0-9_.\-]{1,63})?$")
+]
+BackfillName = Literal["easy", "none"]
+PlacementName = Literal["first_fit", "best_fit", "tetris"]
+NodeStateName = Literal["up", "down", "drain"]
+
+CLUSTER_EXAMPLE: JsonDict = {
+    "name": "Training cluster",
+    "resources": ["cpu", "memory_gb", "gpu"],
+    "policy": "f1",
+    "fallback": "f1",
+    "backfill": "easy",
+    "labels": {"region": "eu-west"},
+}
+
+
+class ClusterUpsert(Schema):
+    model_config = ConfigDict(json_schema_extra={"examples": [CLUSTER_EXAMPLE]})
+
+    name: Annotated[str, StringConstraints(max_length=256)] | None = None
+    resources: Annotated[list[ResourceName], Field(min_length=1, max_length=64)]
+    policy: PolicyName | None = None
+    fallback: PolicyName | None = None
+    backfill: BackfillName | None = None
+    placement: PlacementName | None = None
+    shadow_policy: PolicyName | None = None
+    labels: Labels = Field(default_factory=dict)
+
+
+class ClusterRead(ReadSchema):
+    id: str
+    name: str | None
+    resources: list[str]
+    policy: str
+    fallback: str
+    backfill: str
+    placement: str
+    shadow_policy: str | None
+    labels: dict[str, str]
+    created_at: float
+    updated_at: float
+    nodes: int
+    capacity: dict[str, float]
+    allocated: dict[str, float]
+    free: dict[str, float]
+    pending_jobs: int
+    running_jobs: int
+
+
+NODE_EXAMPLE: JsonDict = {
+    "capacity": {"cpu": 64, "memory_gb": 256, "gpu": 8},
+    "labels": {"rack": "r1"},
+}
+
+
+class NodeUpsert(Schema):
+    model_config = ConfigDict(json_schema_extra={"examples": [NODE_EXAMPLE]})
+
+    capacity: Resources
+    labels: Labels = Field(default_factory=dict)
+    state: NodeStateName = "up"
+
+
+class NodeBulkItem(NodeUpsert):
+    id: Id
+
+
+class NodeBulkUpsert(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "nodes": [
+                        {"id": "n1", "capacity": {"cpu": 64, "memory_gb": 256, "gpu": 8}},
+                        {"id": "n2", "capacity": {"cpu": 64, "memory_gb": 256}, "state": "drain"},
+                    ]
+                }
+            ]
+        }
+    )
+
+    nodes: Annotated[list[NodeBulkItem], Field(min_length=1, max_length=10_000)]
+
+
+class NodeRead(ReadSchema):
+    id: str
+    cluster_id: str
+    capacity: dict[str, float]
+    allocated: dict[str, float]
+    free: dict[str, float]
+    labels: dict[str, str]
+    state: str
+    updated_at: float
+
+
+class NodeBulkRead(ReadSchema):
+    nodes: list[NodeRead]

@@ -1,0 +1,137 @@
+"""Scheduling rounds: stateful ``schedule``, the stateless ``decide`` snapshot, decisions."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict
+
+from app.schemas.cluster import BackfillName, NodeStateName, PlacementName, PolicyName
+from app.schemas.common import EpochSeconds, Id, Labels, ReadSchema, Resources, Schema
+from app.schemas.job import JobSpec
+
+DeadlineMs = Annotated[float, Field(gt=0, le=60_000, allow_inf_nan=False)]
+
+
+class ScheduleRequest(Schema):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"dry_run": False, "explain": True}]})
+
+    dry_run: bool = False
+    now: EpochSeconds | None = None
+    policy: PolicyName | None = None
+    explain: bool = False
+    #: Time the primary policy may take before the fallback decides (default from settings).
+    deadline_ms: DeadlineMs | None = None
+
+
+class PlacementIn(Schema):
+    node_id: Id
+    tasks: Annotated[int, Field(ge=1)]
+
+
+class SnapshotNode(Schema):
+    id: Id
+    capacity: Resources
+    allocated: Resources = Field(default_factory=dict)
+    state: NodeStateName = "up"
+    labels: Labels = Field(default_factory=dict)
+
+
+class SnapshotRunning(Schema):
+    job: JobSpec
+    placements: Annotated[list[PlacementIn], Field(min_length=1)]
+    start_time: EpochSeconds
+
+
+DECIDE_EXAMPLE: JsonDict = {
+    "now": 1767225600.0,
+    "nodes": [
+        {"id": "n1", "capacity": {"cpu": 32, "gpu": 4}},
+        {"id": "n2", "capacity": {"cpu": 32, "gpu": 4}, "allocated": {"cpu": 16}},
+    ],
+    "running": [
+        {
+            "job": {"id": "r1", "per_task": {"cpu": 16}, "walltime_s": 600},
+            "placements": [{"node_id": "n2", "tasks": 1}],
+            "start_time": 1767225000.0,
+        }
+    ],
+    "pending": [
+        {"id": "p1", "tasks": 2, "per_task": {"cpu": 8, "gpu": 1}, "walltime_s": 300},
+        {"id": "p2", "per_task": {"cpu": 48}, "walltime_s": 60},
+    ],
+    "policy": "f1",
+    "backfill": "easy",
+}
+
+
+class DecideRequest(Schema):
+    model_config = ConfigDict(json_schema_extra={"examples": [DECIDE_EXAMPLE]})
+
+    now: EpochSeconds
+    nodes: Annotated[list[SnapshotNode], Field(max_length=100_000)]
+    running: Annotated[list[SnapshotRunning], Field(max_length=100_000)] = Field(
+        default_factory=list
+    )
+    pending: Annotated[list[JobSpec], Field(max_length=100_000)] = Field(default_factory=list)
+    #: Ids of finished jobs that pending jobs may depend on.
+    finished: Annotated[list[Id], Field(max_length=100_000)] = Field(default_factory=list)
+    policy: PolicyName | None = None
+    fallback: PolicyName | None = None
+    backfill: BackfillName | None = None
+    placement: PlacementName | None = None
+    explain: bool = False
+    deadline_ms: DeadlineMs | None = None
+
+
+class PolicyRefRead(ReadSchema):
+    name: str
+    version: str
+    kind: str
+
+
+class FallbackRead(ReadSchema):
+    used: bool
+    reason: str | None
+
+
+class PlacementRead(ReadSchema):
+    node_id: str
+    tasks: int
+
+
+class AllocationRead(ReadSchema):
+    job_id: str
+    placements: list[PlacementRead]
+
+
+class ReservationRead(ReadSchema):
+    job_id: str
+    start_at: float
+
+
+class ShadowRead(ReadSchema):
+    policy: str
+    allocations: list[AllocationRead]
+
+
+class DecisionRead(ReadSchema):
+    id: str
+    request_id: str
+    cluster_id: str | None
+    created_at: float
+    policy: PolicyRefRead
+    fallback: FallbackRead
+    allocations: list[AllocationRead]
+    reservations: list[ReservationRead]
+    queue_length: int
+    latency_ms: float
+    dry_run: bool
+    explain: dict[str, Any] | None = None
+    #: Present when the cluster runs a shadow policy: its choice, stored but not applied.
+    shadow: ShadowRead | None = None
+
+
+class DecisionDetail(DecisionRead):
+    input: dict[str, Any]

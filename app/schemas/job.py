@@ -1,0 +1,94 @@
+"""Jobs: the spec an orchestrator submits and the job as Kairos tracks it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints
+from pydantic.config import JsonDict
+
+from app.schemas.common import EpochSeconds, Id, Labels, ReadSchema, Resources, Schema
+
+JobStateName = Literal["pending", "running", "finished", "failed", "cancelled"]
+JobEventType = Literal["finished", "failed", "released", "cancelled"]
+
+MAX_BATCH_JOBS = 10_000
+
+JOB_EXAMPLE: JsonDict = {
+    "id": "train-42",
+    "tasks": 4,
+    "per_task": {"cpu": 8, "memory_gb": 32, "gpu": 1},
+    "walltime_s": 3600,
+    "priority": 10,
+    "user": "alice",
+    "queue": "gpu",
+}
+
+
+class JobSpec(Schema):
+    model_config = ConfigDict(json_schema_extra={"examples": [JOB_EXAMPLE]})
+
+    id: Id
+    tasks: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    per_task: Resources
+    walltime_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    submit_time: EpochSeconds | None = None
+    priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = 0
+    user: Annotated[str, StringConstraints(max_length=128)] | None = None
+    queue: Annotated[str, StringConstraints(max_length=128)] | None = None
+    depends_on: Annotated[list[Id], Field(max_length=1024)] = Field(default_factory=list)
+    labels: Labels = Field(default_factory=dict)
+
+
+class JobBatchCreate(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "jobs": [
+                        {"id": "a", "per_task": {"cpu": 4}, "walltime_s": 600},
+                        {"id": "b", "tasks": 2, "per_task": {"cpu": 16}, "walltime_s": 60},
+                    ]
+                }
+            ]
+        }
+    )
+
+    jobs: Annotated[list[JobSpec], Field(min_length=1, max_length=MAX_BATCH_JOBS)]
+
+
+class PlacementRead(ReadSchema):
+    node_id: str
+    tasks: int
+
+
+class JobRead(ReadSchema):
+    id: str
+    cluster_id: str
+    state: JobStateName
+    tasks: int
+    per_task: dict[str, float]
+    walltime_s: float
+    submit_time: float
+    priority: int
+    user: str | None
+    queue: str | None
+    depends_on: list[str]
+    labels: dict[str, str]
+    placements: list[PlacementRead]
+    start_time: float | None
+    end_time: float | None
+    decision_id: str | None
+
+
+class JobBatchRead(ReadSchema):
+    jobs: list[JobRead]
+
+
+class JobEventCreate(Schema):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"type": "finished", "at": 1767225600.0}]}
+    )
+
+    type: JobEventType
+    at: EpochSeconds | None = None

@@ -1,0 +1,113 @@
+"""Use-cases for clusters."""
+
+from __future__ import annotations
+
+from app.db.orm import ClusterRecord
+from app.db.repositories.cluster_repository import ClusterRepository
+from app.db.repositories.node_repository import NodeRepository
+from app.schemas.cluster import ClusterRead, ClusterUpsert
+from app.schemas.common import Page
+from app.services.context import Ctx
+from app.services.convert import cluster_read
+from app.services.decision import DecisionService
+from app.services.errors import ErrorItem, UnprocessableError, not_found
+from app.services.paging import cursor_arg
+from app.settings import Settings
+
+
+def _check_policies(body: ClusterUpsert, decisions: DecisionService) -> None:
+    problems: list[ErrorItem] = []
+    if body.policy is not None and not decisions.knows(body.policy):
+        problems.append(ErrorItem("body.policy", f"unknown policy {body.policy!r}", "unknown"))
+    if body.shadow_policy is not None and not decisions.knows(body.shadow_policy):
+        problems.append(
+            ErrorItem("body.shadow_policy", f"unknown policy {body.shadow_policy!r}", "unknown")
+        )
+    if body.fallback is not None and not decisions.is_heuristic(body.fallback):
+        problems.append(
+            ErrorItem("body.fallback", f"{body.fallback!r} is not a heuristic", "unknown")
+        )
+    if len(set(body.resources)) != len(body.resources):
+        problems.append(ErrorItem("body.resources", "resource names repeat", "duplicate"))
+    if problems:
+        raise UnprocessableError("the cluster definition is invalid", details=problems)
+
+
+async def upsert_cluster(
+    ctx: Ctx,
+    cluster_id: str,
+    body: ClusterUpsert,
+    *,
+    decisions: DecisionService,
+    settings: Settings,
+) -> tuple[ClusterRead, bool]:
+    """Create or replace the cluster's definition; ``True`` when created."""
+    _check_policies(body, decisions)
+    repo = ClusterRepository(ctx.session)
+    record = await repo.lock(ctx.tenant, cluster_id)
+    created = record is None
+    if record is None:
+        record = ClusterRecord(tenant=ctx.tenant, id=cluster_id)
+    else:
+        await _check_resources_cover_nodes(ctx, record, body.resources)
+    record.name = body.name
+    record.resources = list(body.resources)
+    record.policy = body.policy or settings.DEFAULT_POLICY
+    record.fallback = body.fallback or settings.DEFAULT_FALLBACK
+    record.backfill = body.backfill or settings.DEFAULT_BACKFILL
+    record.placement = body.placement or settings.DEFAULT_PLACEMENT
+    record.shadow_policy = body.shadow_policy
+    record.labels = dict(body.labels)
+    if created:
+        await repo.add(record)
+    else:
+        await ctx.session.flush()
+    return await _read(ctx, record), created
+
+
+async def _check_resources_cover_nodes(
+    ctx: Ctx, record: ClusterRecord, resources: list[str]
+) -> None:
+    allowed = set(resources)
+    for node in await NodeRepository(ctx.session).all(record.pk):
+        extra = sorted(k for k, v in node.capacity.items() if k not in allowed and v > 0)
+        if extra:
+            raise UnprocessableError(
+                "a resource still used by a node cannot be removed",
+                details=[ErrorItem("body.resources", f"node {node.id!r} has capacity of {extra}")],
+            )
+
+
+async def _read(ctx: Ctx, record: ClusterRecord) -> ClusterRead:
+    repo = ClusterRepository(ctx.session)
+    nodes = await repo.nodes_of([record.pk])
+    counts = await repo.job_counts([record.pk])
+    return cluster_read(record, nodes.get(record.pk, []), counts.get(record.pk, {}))
+
+
+async def require_cluster(ctx: Ctx, cluster_id: str, *, lock: bool = False) -> ClusterRecord:
+    repo = ClusterRepository(ctx.session)
+    record = await (repo.lock if lock else repo.get)(ctx.tenant, cluster_id)
+    if record is None:
+        raise not_found("cluster", cluster_id)
+    return record
+
+
+async def get_cluster(ctx: Ctx, cluster_id: str) -> ClusterRead:
+    return await _read(ctx, await require_cluster(ctx, cluster_id))
+
+
+async def list_clusters(ctx: Ctx, *, limit: int, cursor: str | None) -> Page[ClusterRead]:
+    repo = ClusterRepository(ctx.session)
+    page = await repo.page(ctx.tenant, after_pk=cursor_arg(cursor), limit=limit)
+    pks = [c.pk for c in page.items]
+    nodes = await repo.nodes_of(pks)
+    counts = await repo.job_counts(pks)
+    items = [cluster_read(c, nodes.get(c.pk, []), counts.get(c.pk, {})) for c in page.items]
+    return Page[ClusterRead](items=items, next_cursor=page.next_cursor)
+
+
+async def delete_cluster(ctx: Ctx, cluster_id: str) -> None:
+    """Deletes the cluster with its nodes, jobs and decisions."""
+    record = await require_cluster(ctx, cluster_id, lock=True)
+    await ClusterRepository(ctx.session).delete(record)

@@ -1,0 +1,331 @@
+"""The decision seam: every scheduling round (``/schedule`` and ``/v1/decide``) goes through here.
+
+:class:`DecisionService` owns *how* a decision is computed: which policy a name resolves to, where
+the computation runs (a worker thread now; the pipeline's micro-batcher / Redis workers later),
+the deadline, and the fallback chain. Callers hand it a snapshot and a :class:`DecisionSpec` and
+get a :class:`DecisionOutcome`; they never call ``app.domain.decision.decide`` themselves.
+
+Fallback reasons (``DecisionOutcome.fallback_reason``) are machine-readable
+:class:`FallbackReason` values. The fallback is always a heuristic, run without a deadline; its
+output is checked like the primary's, and an unsafe result degrades to an empty decision rather
+than reaching the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+import anyio
+import anyio.to_thread
+
+from app.domain.decision import DecisionConfig, decide, validate_snapshot
+from app.domain.errors import DomainError, UnknownHeuristicError
+from app.domain.heuristics import (
+    HEURISTIC_CLASSES,
+    HEURISTIC_DESCRIPTIONS,
+    HEURISTIC_VERSION,
+    get_heuristic,
+)
+from app.domain.policy import OrderingPolicy, SteppingPolicy
+from app.domain.resources import FIT_EPS
+from app.domain.types import (
+    Allocation,
+    Backfill,
+    ClusterState,
+    Decision,
+    PlacementStrategy,
+    PolicyRef,
+)
+
+logger = logging.getLogger(__name__)
+
+Health = Literal["ok", "degraded", "down"]
+Policy = OrderingPolicy | SteppingPolicy
+
+
+class FallbackReason(StrEnum):
+    #: the named policy (or version) is not known to this process
+    POLICY_NOT_FOUND = "policy_not_found"
+    #: the policy raised while deciding
+    POLICY_ERROR = "policy_error"
+    #: the primary did not answer before the request's deadline
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    #: the primary's decision broke an invariant (over-allocation, duplicate job, ...)
+    INVALID_DECISION = "invalid_decision"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionSpec:
+    """What to decide with: resolved from the cluster (or the ``/v1/decide`` body)."""
+
+    #: ``"<name>[@<version>]"``
+    policy: str
+    #: a heuristic name
+    fallback: str
+    backfill: Backfill = Backfill.EASY
+    placement: PlacementStrategy = PlacementStrategy.FIRST_FIT
+    explain: bool = False
+    #: computed beside the primary, stored, never applied (pipeline issue: shadow mode)
+    shadow_policy: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowOutcome:
+    policy: str
+    allocations: tuple[Allocation, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionOutcome:
+    decision: Decision
+    #: who decided: the primary, or the fallback when ``fallback_used``
+    policy: PolicyRef
+    fallback_used: bool
+    fallback_reason: str | None
+    latency_ms: float
+    shadow: ShadowOutcome | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInfo:
+    name: str
+    version: str
+    kind: str
+    domain: str
+    loaded: bool
+    description: str | None = None
+    sha256: str | None = None
+    card: dict[str, Any] | None = field(default=None)
+
+
+class InvalidSnapshotError(Exception):
+    """The snapshot itself is inconsistent: the caller sent it (422), no policy is to blame."""
+
+    def __init__(self, field_: str, message: str) -> None:
+        super().__init__(f"{field_}: {message}")
+        self.field = field_
+        self.message = message
+
+
+def split_policy(name: str) -> tuple[str, str | None]:
+    base, _, version = name.partition("@")
+    return base.strip().lower(), (version or None)
+
+
+def check_decision(state: ClusterState, decision: Decision) -> list[str]:
+    """Invariant violations of ``decision`` on ``state`` (empty when safe to apply)."""
+    problems: list[str] = []
+    pending = {j.id: j for j in state.pending}
+    nodes = {n.id: n for n in state.nodes}
+    used = {n.id: dict(n.allocated) for n in state.nodes}
+    seen: set[str] = set()
+    for alloc in decision.allocations:
+        job = pending.get(alloc.job_id)
+        if job is None or alloc.job_id in seen:
+            problems.append(f"job {alloc.job_id!r} is not pending or allocated twice")
+            continue
+        seen.add(alloc.job_id)
+        if any(d not in state.finished for d in job.depends_on):
+            problems.append(f"job {job.id!r} has unfinished dependencies")
+        if sum(p.tasks for p in alloc.placements) != job.tasks or any(
+            p.tasks < 1 for p in alloc.placements
+        ):
+            problems.append(f"job {job.id!r}: placements do not hold exactly {job.tasks} tasks")
+        if job.single_node and len({p.node_id for p in alloc.placements}) > 1:
+            problems.append(f"job {job.id!r} is single-node but spans nodes")
+        for p in alloc.placements:
+            node = nodes.get(p.node_id)
+            if node is None or node.state != "up":
+                problems.append(f"job {job.id!r} placed on unavailable node {p.node_id!r}")
+                continue
+            u = used[p.node_id]
+            for name, d in job.per_task.items():
+                u[name] = u.get(name, 0.0) + d * p.tasks
+    for node_id, u in used.items():
+        cap = nodes[node_id].capacity
+        before = nodes[node_id].allocated
+        for name, a in u.items():
+            c = float(cap.get(name, 0.0))
+            grew = a > float(before.get(name, 0.0)) + FIT_EPS
+            if grew and a > c + FIT_EPS * max(1.0, c):
+                problems.append(f"node {node_id!r} over capacity on {name}")
+    return problems
+
+
+class DecisionService:
+    """Computes decisions; one instance per process, built in ``lifespan``.
+
+    The pipeline replaces the internals (``_resolve``, ``_run``) with the ONNX runtime and the
+    micro-batcher; ``decide``, ``policies``, ``get_policy``, ``knows`` and ``health`` are the
+    interface the API and services rely on.
+    """
+
+    def __init__(self, *, default_deadline_s: float, max_threads: int = 4) -> None:
+        self.default_deadline_s = default_deadline_s
+        self._limiter = anyio.CapacityLimiter(max_threads)
+        self._observers: list[Callable[[DecisionOutcome], None]] = []
+
+    async def start(self) -> None:
+        """Load policies, connect transports. Heuristics need nothing."""
+
+    async def close(self) -> None:
+        """Release what ``start`` acquired."""
+
+    def add_observer(self, observer: Callable[[DecisionOutcome], None]) -> None:
+        """Called with every outcome (metrics)."""
+        self._observers.append(observer)
+
+    # -- catalogue -----------------------------------------------------------------------------
+
+    def policies(self) -> list[PolicyInfo]:
+        return [
+            PolicyInfo(
+                name=name,
+                version=HEURISTIC_VERSION,
+                kind="heuristic",
+                domain="any",
+                loaded=True,
+                description=HEURISTIC_DESCRIPTIONS[name],
+            )
+            for name in HEURISTIC_CLASSES
+        ]
+
+    def get_policy(self, name: str) -> PolicyInfo | None:
+        base, version = split_policy(name)
+        for info in self.policies():
+            if info.name == base and (version is None or version == info.version):
+                return info
+        return None
+
+    def knows(self, name: str) -> bool:
+        return self.get_policy(name) is not None
+
+    def is_heuristic(self, name: str) -> bool:
+        info = self.get_policy(name)
+        return info is not None and info.kind == "heuristic"
+
+    def health(self) -> dict[str, Health]:
+        """``queue`` and ``policies`` parts of ``/readyz``."""
+        return {"queue": "ok", "policies": "ok"}
+
+    # -- deciding ------------------------------------------------------------------------------
+
+    def _resolve(self, name: str) -> Policy | None:
+        base, version = split_policy(name)
+        try:
+            policy = get_heuristic(base)
+        except UnknownHeuristicError:
+            return None
+        if version is not None and version != policy.ref.version:
+            return None
+        return policy
+
+    async def _run(self, state: ClusterState, policy: Policy, config: DecisionConfig) -> Decision:
+        return await anyio.to_thread.run_sync(
+            decide, state, policy, config, limiter=self._limiter, abandon_on_cancel=True
+        )
+
+    async def decide(
+        self,
+        state: ClusterState,
+        spec: DecisionSpec,
+        *,
+        request_id: str,
+        deadline_s: float | None = None,
+    ) -> DecisionOutcome:
+        """Decide ``state`` with ``spec.policy``, falling back to ``spec.fallback``.
+
+        ``request_id`` identifies the request end to end (the pipeline's idempotency key).
+        Raises :class:`InvalidSnapshotError` for an inconsistent snapshot.
+        """
+        started = time.perf_counter()
+        try:
+            validate_snapshot(state)
+        except DomainError as exc:
+            field_ = getattr(exc, "field", "snapshot")
+            raise InvalidSnapshotError(str(field_), getattr(exc, "message", str(exc))) from exc
+        config = DecisionConfig(
+            backfill=spec.backfill, placement=spec.placement, explain=spec.explain
+        )
+        deadline = self.default_deadline_s if deadline_s is None else deadline_s
+        decision, reason = await self._primary(state, spec.policy, config, deadline, request_id)
+        if decision is None:
+            decision = await self._fallback(state, spec.fallback, config, request_id)
+        shadow = None
+        if spec.shadow_policy is not None:
+            shadow = await self._shadow(state, spec.shadow_policy, config)
+        outcome = DecisionOutcome(
+            decision=decision,
+            policy=decision.policy,
+            fallback_used=reason is not None,
+            fallback_reason=None if reason is None else str(reason),
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+            shadow=shadow,
+        )
+        for observer in self._observers:
+            observer(outcome)
+        return outcome
+
+    async def _primary(
+        self,
+        state: ClusterState,
+        name: str,
+        config: DecisionConfig,
+        deadline_s: float,
+        request_id: str,
+    ) -> tuple[Decision | None, FallbackReason | None]:
+        policy = self._resolve(name)
+        if policy is None:
+            return None, FallbackReason.POLICY_NOT_FOUND
+        try:
+            with anyio.fail_after(deadline_s):
+                decision = await self._run(state, policy, config)
+        except TimeoutError:
+            return None, FallbackReason.DEADLINE_EXCEEDED
+        except Exception:
+            logger.exception("policy %s failed on request %s", name, request_id)
+            return None, FallbackReason.POLICY_ERROR
+        problems = check_decision(state, decision)
+        if problems:
+            logger.error("policy %s broke invariants on %s: %s", name, request_id, problems)
+            return None, FallbackReason.INVALID_DECISION
+        return decision, None
+
+    async def _fallback(
+        self, state: ClusterState, name: str, config: DecisionConfig, request_id: str
+    ) -> Decision:
+        policy = self._resolve(name) or get_heuristic("fcfs")
+        decision = await self._run(state, policy, config)
+        problems = check_decision(state, decision)
+        if problems:  # never apply an unsafe decision; an empty one is always safe
+            logger.error("fallback %s broke invariants on %s: %s", name, request_id, problems)
+            return Decision((), (), len(state.pending), policy.ref)
+        return decision
+
+    async def _shadow(
+        self, state: ClusterState, name: str, config: DecisionConfig
+    ) -> ShadowOutcome | None:
+        policy = self._resolve(name)
+        if policy is None:
+            return None
+        try:
+            decision = await self._run(state, policy, config)
+        except Exception:
+            logger.exception("shadow policy %s failed", name)
+            return None
+        return ShadowOutcome(policy=name, allocations=decision.allocations)
+
+
+def allocations_json(allocations: Sequence[Allocation]) -> list[dict[str, Any]]:
+    return [
+        {
+            "job_id": a.job_id,
+            "placements": [{"node_id": p.node_id, "tasks": p.tasks} for p in a.placements],
+        }
+        for a in allocations
+    ]

@@ -1,0 +1,214 @@
+"""Use-cases for jobs: submission (idempotent by id), listing, events, cancellation.
+
+State changes of existing jobs take the cluster lock, like schedule rounds: a job cannot be
+cancelled while a round is allocating it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy.exc import IntegrityError
+
+from app.db.orm import ClusterRecord, JobEventRecord, JobRecord
+from app.db.repositories.job_repository import JobRepository
+from app.db.repositories.node_repository import NodeRepository
+from app.domain.clock import epoch_now
+from app.domain.types import JobState
+from app.schemas.common import Page
+from app.schemas.job import JobEventCreate, JobRead, JobSpec
+from app.services.clusters import require_cluster
+from app.services.context import Ctx
+from app.services.convert import (
+    job_read,
+    placement_demand,
+    placements_of,
+    release,
+    spec_hash,
+    stored_spec,
+)
+from app.services.errors import ConflictError, ErrorItem, UnprocessableError, not_found
+from app.services.paging import cursor_arg
+
+#: event type -> states it may be applied to -> resulting state
+TRANSITIONS: dict[str, tuple[frozenset[JobState], JobState]] = {
+    "finished": (frozenset({JobState.RUNNING}), JobState.FINISHED),
+    "failed": (frozenset({JobState.RUNNING, JobState.PENDING}), JobState.FAILED),
+    "released": (frozenset({JobState.RUNNING}), JobState.PENDING),
+    "cancelled": (frozenset({JobState.RUNNING, JobState.PENDING}), JobState.CANCELLED),
+}
+
+
+def _check_specs(cluster: ClusterRecord, specs: Sequence[JobSpec], prefix: str) -> None:
+    allowed = set(cluster.resources)
+    problems: list[ErrorItem] = []
+    for i, spec in enumerate(specs):
+        where = prefix.format(i=i)
+        for name in spec.per_task:
+            if name not in allowed:
+                problems.append(
+                    ErrorItem(
+                        f"{where}.per_task.{name}",
+                        f"cluster {cluster.id!r} has no resource {name!r}",
+                        "unknown_resource",
+                    )
+                )
+        if spec.id in spec.depends_on:
+            problems.append(ErrorItem(f"{where}.depends_on", "a job cannot depend on itself"))
+        if len(problems) >= 100:
+            break
+    if problems:
+        raise UnprocessableError("the job spec is invalid", details=problems)
+
+
+async def submit_jobs(
+    ctx: Ctx, cluster_id: str, specs: Sequence[JobSpec], *, prefix: str = "body.jobs[{i}]"
+) -> tuple[list[JobRead], bool]:
+    """Submit all of ``specs`` or none; ``True`` when at least one job was created.
+
+    A job id already present with the same spec is returned as it is (idempotent resubmission);
+    with another spec the whole call is a 409.
+    """
+    cluster = await require_cluster(ctx, cluster_id)
+    _check_specs(cluster, specs, prefix)
+    hashes = [spec_hash(s) for s in specs]
+    first: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        j = first.setdefault(spec.id, i)
+        if j != i and hashes[j] != hashes[i]:
+            raise ConflictError(
+                f"job {spec.id!r} appears twice with different specs",
+                code="job_conflict",
+                details=[ErrorItem(prefix.format(i=i) + ".id", "repeated with another spec")],
+            )
+    repo = JobRepository(ctx.session)
+    existing = await repo.get_many(cluster.pk, list(first))
+    for job_id, i in first.items():
+        old = existing.get(job_id)
+        if old is not None and old.spec_hash != hashes[i]:
+            raise ConflictError(
+                f"job {job_id!r} already exists with a different spec",
+                code="job_conflict",
+                details=[ErrorItem(prefix.format(i=i) + ".id", "exists with another spec")],
+            )
+    now = epoch_now()
+    new: list[JobRecord] = []
+    for job_id, i in first.items():
+        if job_id in existing:
+            continue
+        data = stored_spec(specs[i], now)
+        new.append(
+            JobRecord(
+                cluster_pk=cluster.pk,
+                id=job_id,
+                spec=data,
+                spec_hash=hashes[i],
+                state=JobState.PENDING.value,
+                submit_time=float(data["submit_time"]),
+            )
+        )
+    try:
+        async with ctx.session.begin_nested():
+            await repo.add_all(new)
+    except IntegrityError:
+        raise ConflictError(
+            "another request submitted some of these jobs at the same moment; retry",
+            code="concurrent_submission",
+        ) from None
+    by_id = {**existing, **{r.id: r for r in new}}
+    return [job_read(by_id[s.id], cluster.id) for s in specs], bool(new)
+
+
+async def submit_job(ctx: Ctx, cluster_id: str, spec: JobSpec) -> tuple[JobRead, bool]:
+    jobs, created = await submit_jobs(ctx, cluster_id, [spec], prefix="body")
+    return jobs[0], created
+
+
+async def get_job(ctx: Ctx, cluster_id: str, job_id: str) -> JobRead:
+    cluster = await require_cluster(ctx, cluster_id)
+    record = await JobRepository(ctx.session).get(cluster.pk, job_id)
+    if record is None:
+        raise not_found("job", job_id)
+    return job_read(record, cluster.id)
+
+
+async def list_jobs(
+    ctx: Ctx, cluster_id: str, *, state: str | None, limit: int, cursor: str | None
+) -> Page[JobRead]:
+    cluster = await require_cluster(ctx, cluster_id)
+    page = await JobRepository(ctx.session).page(
+        cluster.pk, state=state, after_pk=cursor_arg(cursor), limit=limit
+    )
+    return Page[JobRead](
+        items=[job_read(j, cluster.id) for j in page.items], next_cursor=page.next_cursor
+    )
+
+
+async def _release_nodes(ctx: Ctx, cluster: ClusterRecord, job: JobRecord) -> None:
+    placements = placements_of(job.placements)
+    nodes = await NodeRepository(ctx.session).get_many(cluster.pk, [p.node_id for p in placements])
+    per_task = job.spec["per_task"]
+    for p in placements:
+        node = nodes.get(p.node_id)
+        if node is not None:
+            node.allocated = release(node.allocated, placement_demand(per_task, p.tasks))
+
+
+async def record_event(ctx: Ctx, cluster_id: str, job_id: str, event: JobEventCreate) -> JobRead:
+    """Apply an orchestrator event. Repeating the event that put the job in its current
+    terminal state is a no-op (at-least-once delivery); any other disallowed transition is 409."""
+    cluster = await require_cluster(ctx, cluster_id, lock=True)
+    repo = JobRepository(ctx.session)
+    job = await repo.get(cluster.pk, job_id)
+    if job is None:
+        raise not_found("job", job_id)
+    allowed, target = TRANSITIONS[event.type]
+    current = JobState(job.state)
+    if current == target and target != JobState.PENDING:
+        return job_read(job, cluster.id)
+    if current not in allowed:
+        raise ConflictError(
+            f"a {current.value} job cannot be {event.type}",
+            code="invalid_transition",
+            details=[ErrorItem("body.type", f"not allowed from {current.value}")],
+        )
+    at = event.at if event.at is not None else epoch_now()
+    if current == JobState.RUNNING:
+        await _release_nodes(ctx, cluster, job)
+    job.state = target.value
+    if target == JobState.PENDING:
+        job.placements = None
+        job.start_time = None
+        job.decision_id = None
+    else:
+        job.end_time = at
+    await repo.add_event(
+        JobEventRecord(
+            job_pk=job.pk, type=event.type, at=at, from_state=current.value, to_state=target.value
+        )
+    )
+    return job_read(job, cluster.id)
+
+
+async def cancel_job(ctx: Ctx, cluster_id: str, job_id: str) -> None:
+    """Cancel a pending job (204); already cancelled is fine; anything else is 409."""
+    cluster = await require_cluster(ctx, cluster_id, lock=True)
+    repo = JobRepository(ctx.session)
+    job = await repo.get(cluster.pk, job_id)
+    if job is None:
+        raise not_found("job", job_id)
+    if job.state == JobState.CANCELLED:
+        return
+    if job.state != JobState.PENDING:
+        raise ConflictError(
+            f"only pending jobs can be cancelled with DELETE; this one is {job.state}",
+            code="invalid_transition",
+        )
+    at = epoch_now()
+    job.state = JobState.CANCELLED.value
+    job.end_time = at
+    await repo.add_event(
+        JobEventRecord(
+            job_pk=job.pk, type="cancelled", at=at, from_state="pending", to_state="cancelled"
+        )
+    )

@@ -1,0 +1,340 @@
+"""Scheduling rounds: ``POST /v1/clusters/{id}/schedule`` (stateful) and ``POST /v1/decide``.
+
+A stateful round is one transaction (opened and committed by the request boundary):
+
+1. lock the cluster (Postgres: ``SELECT ... FOR NO KEY UPDATE`` on the cluster row; SQLite: the
+   write transaction is ``BEGIN IMMEDIATE`` behind a per-process lock),
+2. load the snapshot (nodes, running and pending jobs, finished dependencies),
+3. ask :class:`~app.services.decision.DecisionService` for a decision (off the event loop),
+4. store the decision and, unless ``dry_run``, apply it: jobs become ``running`` with their
+   placements, start time and decision id; node ``allocated`` grows.
+
+Every other writer of node allocations or job states takes the same lock, so two rounds on one
+cluster never see the same pending job or the same free capacity.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from app.db.orm import ClusterRecord, DecisionRecord, JobRecord, NodeRecord
+from app.db.repositories.decision_repository import DecisionRepository
+from app.db.repositories.job_repository import JobRepository
+from app.db.repositories.node_repository import NodeRepository
+from app.domain.clock import epoch_now
+from app.domain.types import (
+    Backfill,
+    ClusterState,
+    JobState,
+    Node,
+    NodeState,
+    Placement,
+    PlacementStrategy,
+    RunningJob,
+)
+from app.schemas.decision import DecideRequest, DecisionRead, ScheduleRequest
+from app.services.clusters import require_cluster
+from app.services.context import Ctx
+from app.services.convert import (
+    add,
+    clean,
+    decision_read,
+    job_from_spec,
+    node_from_record,
+    placement_demand,
+    running_from_record,
+)
+from app.services.decision import (
+    DecisionOutcome,
+    DecisionService,
+    DecisionSpec,
+    InvalidSnapshotError,
+    allocations_json,
+)
+from app.services.errors import ConflictError, ErrorItem, UnprocessableError
+from app.settings import Settings
+
+
+def new_decision_id() -> str:
+    return f"dec_{uuid.uuid4().hex}"
+
+
+def new_request_id() -> str:
+    return f"req_{uuid.uuid4().hex}"
+
+
+def snapshot_json(state: ClusterState, spec: DecisionSpec) -> dict[str, Any]:
+    """The decision's input, in ``/v1/decide`` request shape (so it can be replayed)."""
+
+    def job_json(job: Any) -> dict[str, Any]:
+        return {
+            "id": job.id,
+            "tasks": job.tasks,
+            "per_task": clean(job.per_task),
+            "walltime_s": job.walltime_s,
+            "submit_time": job.submit_time,
+            "priority": job.priority,
+            "user": job.user,
+            "queue": job.queue,
+            "depends_on": list(job.depends_on),
+            "labels": dict(job.labels),
+        }
+
+    return {
+        "now": state.now,
+        "nodes": [
+            {
+                "id": n.id,
+                "capacity": clean(n.capacity),
+                "allocated": clean(n.allocated),
+                "state": n.state.value,
+                "labels": dict(n.labels),
+            }
+            for n in state.nodes
+        ],
+        "running": [
+            {
+                "job": job_json(r.job),
+                "placements": [{"node_id": p.node_id, "tasks": p.tasks} for p in r.placements],
+                "start_time": r.start_time,
+            }
+            for r in state.running
+        ],
+        "pending": [job_json(j) for j in state.pending],
+        "finished": sorted(state.finished),
+        "policy": spec.policy,
+        "fallback": spec.fallback,
+        "backfill": spec.backfill.value,
+        "placement": spec.placement.value,
+        "explain": spec.explain,
+    }
+
+
+def decision_record(
+    *,
+    tenant: str,
+    cluster: ClusterRecord | None,
+    state: ClusterState,
+    spec: DecisionSpec,
+    outcome: DecisionOutcome,
+    request_id: str,
+    dry_run: bool,
+) -> DecisionRecord:
+    d = outcome.decision
+    return DecisionRecord(
+        id=new_decision_id(),
+        request_id=request_id,
+        tenant=tenant,
+        cluster_pk=None if cluster is None else cluster.pk,
+        cluster_id=None if cluster is None else cluster.id,
+        policy_name=outcome.policy.name,
+        policy_version=outcome.policy.version,
+        policy_kind=outcome.policy.kind,
+        fallback_used=outcome.fallback_used,
+        fallback_reason=outcome.fallback_reason,
+        shadow_policy=None if outcome.shadow is None else outcome.shadow.policy,
+        shadow_allocations=None
+        if outcome.shadow is None
+        else allocations_json(outcome.shadow.allocations),
+        allocations=allocations_json(d.allocations),
+        reservations=[{"job_id": r.job_id, "start_at": r.start_at} for r in d.reservations],
+        queue_length=d.queue_length,
+        latency_ms=outcome.latency_ms,
+        dry_run=dry_run,
+        explain=dict(d.explain) if spec.explain else None,
+        input_snapshot=snapshot_json(state, spec),
+    )
+
+
+async def _store(ctx: Ctx, record: DecisionRecord) -> None:
+    try:
+        async with ctx.session.begin_nested():
+            await DecisionRepository(ctx.session).add(record)
+    except IntegrityError:
+        raise ConflictError(
+            f"request {record.request_id!r} was already decided", code="duplicate_request"
+        ) from None
+
+
+def _snapshot_error(exc: InvalidSnapshotError, prefix: str) -> UnprocessableError:
+    return UnprocessableError(
+        f"the cluster snapshot is inconsistent: {exc.message}",
+        code="invalid_snapshot",
+        details=[ErrorItem(f"{prefix}{exc.field}", exc.message, "invalid_snapshot")],
+    )
+
+
+# -- stateful: /v1/clusters/{id}/schedule ----------------------------------------------------------
+
+
+async def _load_state(
+    ctx: Ctx, cluster: ClusterRecord, now: float
+) -> tuple[ClusterState, list[NodeRecord], dict[str, JobRecord]]:
+    nodes = await NodeRepository(ctx.session).all(cluster.pk)
+    jobs = JobRepository(ctx.session)
+    active = await jobs.in_states(cluster.pk, [JobState.PENDING.value, JobState.RUNNING.value])
+    pending = [j for j in active if j.state == JobState.PENDING]
+    running = [j for j in active if j.state == JobState.RUNNING]
+    wanted = sorted({d for j in pending for d in j.spec.get("depends_on", [])})
+    finished = await jobs.ids_in_state(cluster.pk, JobState.FINISHED.value, wanted)
+    state = ClusterState(
+        now=now,
+        nodes=tuple(node_from_record(n) for n in nodes),
+        running=tuple(running_from_record(j) for j in running),
+        pending=tuple(job_from_spec(j.spec) for j in pending),
+        finished=frozenset(finished),
+    )
+    return state, nodes, {j.id: j for j in pending}
+
+
+def _apply(
+    outcome: DecisionOutcome,
+    record: DecisionRecord,
+    now: float,
+    nodes: Sequence[NodeRecord],
+    pending: dict[str, JobRecord],
+) -> None:
+    by_id = {n.id: n for n in nodes}
+    for alloc in outcome.decision.allocations:
+        job = pending[alloc.job_id]
+        job.state = JobState.RUNNING.value
+        job.placements = [{"node_id": p.node_id, "tasks": p.tasks} for p in alloc.placements]
+        job.start_time = now
+        job.end_time = None
+        job.decision_id = record.id
+        for p in alloc.placements:
+            node = by_id[p.node_id]
+            node.allocated = add(node.allocated, placement_demand(job.spec["per_task"], p.tasks))
+
+
+async def schedule_cluster(
+    ctx: Ctx,
+    cluster_id: str,
+    body: ScheduleRequest,
+    *,
+    decisions: DecisionService,
+    settings: Settings,
+    request_id: str | None = None,
+) -> DecisionRead:
+    if body.policy is not None and not decisions.knows(body.policy):
+        raise UnprocessableError(
+            f"unknown policy {body.policy!r}",
+            details=[ErrorItem("body.policy", "unknown policy", "unknown")],
+        )
+    cluster = await require_cluster(ctx, cluster_id, lock=True)
+    now = body.now if body.now is not None else epoch_now()
+    state, nodes, pending = await _load_state(ctx, cluster, now)
+    spec = DecisionSpec(
+        policy=body.policy or cluster.policy,
+        fallback=cluster.fallback,
+        backfill=Backfill(cluster.backfill),
+        placement=PlacementStrategy(cluster.placement),
+        explain=body.explain,
+        shadow_policy=cluster.shadow_policy,
+    )
+    request_id = request_id or new_request_id()
+    deadline_ms = body.deadline_ms or settings.DEFAULT_DEADLINE_MS
+    try:
+        outcome = await decisions.decide(
+            state, spec, request_id=request_id, deadline_s=deadline_ms / 1000.0
+        )
+    except InvalidSnapshotError as exc:
+        raise _snapshot_error(exc, "cluster.") from None
+    record = decision_record(
+        tenant=ctx.tenant,
+        cluster=cluster,
+        state=state,
+        spec=spec,
+        outcome=outcome,
+        request_id=request_id,
+        dry_run=body.dry_run,
+    )
+    await _store(ctx, record)
+    if not body.dry_run:
+        _apply(outcome, record, now, nodes, pending)
+        await ctx.session.flush()
+    return decision_read(record)
+
+
+# -- stateless: /v1/decide -------------------------------------------------------------------------
+
+
+def state_from_request(body: DecideRequest) -> ClusterState:
+    return ClusterState(
+        now=body.now,
+        nodes=tuple(
+            Node(
+                id=n.id,
+                capacity=clean(n.capacity),
+                allocated=clean(n.allocated),
+                state=NodeState(n.state),
+                labels=dict(n.labels),
+            )
+            for n in body.nodes
+        ),
+        running=tuple(
+            RunningJob(
+                job=job_from_spec(_with_submit(r.job.model_dump(), r.start_time)),
+                placements=tuple(Placement(p.node_id, p.tasks) for p in r.placements),
+                start_time=r.start_time,
+            )
+            for r in body.running
+        ),
+        pending=tuple(job_from_spec(_with_submit(j.model_dump(), body.now)) for j in body.pending),
+        finished=frozenset(body.finished),
+    )
+
+
+def _with_submit(spec: dict[str, Any], default: float) -> dict[str, Any]:
+    if spec.get("submit_time") is None:
+        spec["submit_time"] = default
+    return spec
+
+
+async def decide_snapshot(
+    ctx: Ctx,
+    body: DecideRequest,
+    *,
+    decisions: DecisionService,
+    settings: Settings,
+    request_id: str | None = None,
+) -> DecisionRead:
+    problems = []
+    for field, name in (("policy", body.policy), ("fallback", body.fallback)):
+        if name is not None and not decisions.knows(name):
+            problems.append(ErrorItem(f"body.{field}", f"unknown policy {name!r}", "unknown"))
+    if body.fallback is not None and not decisions.is_heuristic(body.fallback):
+        problems.append(ErrorItem("body.fallback", "the fallback must be a heuristic", "unknown"))
+    if problems:
+        raise UnprocessableError("the decide request is invalid", details=problems)
+    state = state_from_request(body)
+    spec = DecisionSpec(
+        policy=body.policy or settings.DEFAULT_POLICY,
+        fallback=body.fallback or settings.DEFAULT_FALLBACK,
+        backfill=Backfill(body.backfill or settings.DEFAULT_BACKFILL),
+        placement=PlacementStrategy(body.placement or settings.DEFAULT_PLACEMENT),
+        explain=body.explain,
+    )
+    request_id = request_id or new_request_id()
+    deadline_ms = body.deadline_ms or settings.DEFAULT_DEADLINE_MS
+    try:
+        outcome = await decisions.decide(
+            state, spec, request_id=request_id, deadline_s=deadline_ms / 1000.0
+        )
+    except InvalidSnapshotError as exc:
+        raise _snapshot_error(exc, "body.") from None
+    record = decision_record(
+        tenant=ctx.tenant,
+        cluster=None,
+        state=state,
+        spec=spec,
+        outcome=outcome,
+        request_id=request_id,
+        dry_run=True,
+    )
+    await _store(ctx, record)
+    return decision_read(record)

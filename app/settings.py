@@ -1,0 +1,70 @@
+"""Service configuration: every field is read from a ``KAIROS_``-prefixed environment variable.
+
+``get_settings()`` is cached; tests build ``Settings(...)`` explicitly and pass it to
+``app.main.create_app`` instead of mutating the environment.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Tenant used for every request when ``KAIROS_API_KEYS`` is unset (auth off).
+DEFAULT_TENANT = "default"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KAIROS_", extra="ignore", frozen=True)
+
+    HOST: str = "127.0.0.1"
+    PORT: int = Field(default=8000, ge=0, le=65535)
+    #: ``sqlite:///path`` or ``postgresql://user@host:port/db``; the service picks the drivers.
+    DATABASE_URL: str = "sqlite:///./kairos.db"
+    #: Unset: decisions are batched in-process. Set: requests go through Redis Streams.
+    REDIS_URL: str | None = None
+    LOG_LEVEL: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    #: ``tenant:key`` pairs separated by commas, e.g. ``acme:s3cr3t,globex:k2``. A tenant may
+    #: have several keys. Unset or empty: auth is off and every caller is tenant ``default``.
+    API_KEYS: str | None = None
+    #: Largest accepted request body (a 10,000-job batch is about 2 MB).
+    MAX_BODY_BYTES: int = Field(default=8 * 1024 * 1024, gt=0)
+    #: Deadline for the primary policy of one decision; past it the fallback heuristic decides.
+    DEFAULT_DEADLINE_MS: float = Field(default=50.0, gt=0)
+    BATCH_MAX_SIZE: int = Field(default=32, ge=1)
+    BATCH_MAX_WAIT_MS: float = Field(default=2.0, ge=0)
+    #: Trained policy artifacts: ``<MODELS_DIR>/<name>/<version>/policy.onnx`` + ``card.json``.
+    MODELS_DIR: str = "models"
+    #: Defaults for clusters (and ``/v1/decide`` calls) that do not name their own.
+    DEFAULT_POLICY: str = "f1"
+    DEFAULT_FALLBACK: str = "f1"
+    DEFAULT_BACKFILL: Literal["easy", "none"] = "easy"
+    DEFAULT_PLACEMENT: Literal["first_fit", "best_fit", "tetris"] = "first_fit"
+    #: Upgrade the schema on start when it is behind the newest migration.
+    AUTO_MIGRATE: bool = True
+    DB_POOL_SIZE: int = Field(default=10, ge=1)
+    DB_MAX_OVERFLOW: int = Field(default=20, ge=0)
+    #: Seconds SQLite waits on a locked database before giving up.
+    SQLITE_BUSY_TIMEOUT_S: float = Field(default=30.0, gt=0)
+    #: uvicorn worker processes for ``kairos serve``.
+    WORKERS: int = Field(default=1, ge=1)
+
+    def api_key_tenants(self) -> dict[str, str]:
+        """Map each API key to its tenant; empty when auth is off."""
+        keys: dict[str, str] = {}
+        for raw in (self.API_KEYS or "").split(","):
+            item = raw.strip()
+            if not item:
+                continue
+            tenant, sep, key = item.partition(":")
+            if not sep or not tenant.strip() or not key.strip():
+                raise ValueError(f"KAIROS_API_KEYS entry {item!r} is not 'tenant:key'")
+            keys[key.strip()] = tenant.strip()
+        return keys
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()
