@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, Required, TypedDict
+from typing import Literal, Required
+
+# typing_extensions.TypedDict so pydantic can validate these on Python 3.11 too.
+from typing_extensions import TypedDict
 
 
 class PlacementParam(TypedDict):
