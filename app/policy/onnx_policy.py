@@ -283,13 +283,17 @@ def _make_session(model: bytes, options: RuntimeOptions) -> ort.InferenceSession
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     so.log_severity_level = 3
+    available = set(ort.get_available_providers())
+    missing = [p for p in options.providers if p not in available]
+    if missing or not options.providers:
+        raise PolicyRefusedError(
+            RefusalReason.PROVIDER_UNAVAILABLE,
+            f"providers {missing or '[]'} unavailable; this onnxruntime has {sorted(available)}",
+        )
     try:
         session = ort.InferenceSession(model, sess_options=so, providers=list(options.providers))
     except Exception as exc:  # onnxruntime raises assorted types
-        text = str(exc)
-        if "provider" in text.lower() and "EP" in text:
-            raise PolicyRefusedError(RefusalReason.PROVIDER_UNAVAILABLE, text) from exc
-        raise PolicyRefusedError(RefusalReason.CORRUPT_MODEL, text) from exc
+        raise PolicyRefusedError(RefusalReason.CORRUPT_MODEL, str(exc)) from exc
     obtained = list(session.get_providers())
     if obtained != list(options.providers):
         raise PolicyRefusedError(

@@ -220,6 +220,10 @@ class _Batch:
             self._resolved[spec] = resolve(spec, self.registry)
         return self._resolved[spec]
 
+    def failed(self, i: int) -> bool:
+        outcome = self.outcomes[i]
+        return outcome is not None and outcome.error is not None
+
     def enqueue(self, policy: OnnxPolicy, slot: _Slot) -> None:
         self.groups.setdefault(id(policy), (policy, []))[1].append(slot)
 
@@ -264,7 +268,7 @@ class _Batch:
 
     def run_groups(self, clock: Callable[[], float], reserve_s: float) -> None:
         for policy, slots in self.groups.values():
-            live = [s for s in slots if self.outcomes[s.index] is None]
+            live = [s for s in slots if not self.failed(s.index)]
             try:
                 _step_group(policy, live, self.requests, clock, reserve_s)
             except Exception as exc:  # e.g. an encoder failure: those requests fall back

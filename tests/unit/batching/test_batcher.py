@@ -1,0 +1,79 @@
+"""MicroBatcher: batches by size and by time, handles off the loop, isolates failures."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from app.batching.batcher import BatcherClosedError, MicroBatcher
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.threads: set[int] = set()
+
+    def __call__(self, items: Sequence[int]) -> list[int]:
+        self.threads.add(threading.get_ident())
+        self.batches.append(list(items))
+        if any(i < 0 for i in items):
+            raise ValueError("negative")
+        return [i * 10 for i in items]
+
+
+async def test_concurrent_submits_share_batches_and_run_off_the_loop() -> None:
+    recorder = Recorder()
+    seen: list[int] = []
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        recorder, max_batch=8, max_wait_ms=20, on_batch=lambda size, _s: seen.append(size)
+    )
+    batcher.start()
+    try:
+        results = await asyncio.gather(*(batcher.submit(i) for i in range(20)))
+    finally:
+        await batcher.stop()
+    assert results == [i * 10 for i in range(20)]
+    assert max(len(b) for b in recorder.batches) == 8
+    assert len(recorder.batches) == 3  # 8 + 8 + 4
+    assert sorted(x for b in recorder.batches for x in b) == list(range(20))
+    assert seen == [len(b) for b in recorder.batches]
+    assert threading.get_ident() not in recorder.threads
+
+
+async def test_a_lone_request_waits_at_most_max_wait() -> None:
+    recorder = Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(recorder, max_batch=64, max_wait_ms=30)
+    batcher.start()
+    loop = asyncio.get_running_loop()
+    try:
+        started = loop.time()
+        assert await batcher.submit(1) == 10
+        elapsed = loop.time() - started
+    finally:
+        await batcher.stop()
+    assert 0.025 <= elapsed < 0.5
+    assert recorder.batches == [[1]]
+
+
+async def test_a_failing_batch_fails_its_waiters_only_and_the_batcher_goes_on() -> None:
+    recorder = Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(recorder, max_batch=2, max_wait_ms=50)
+    batcher.start()
+    try:
+        bad = await asyncio.gather(batcher.submit(-1), batcher.submit(2), return_exceptions=True)
+        assert all(isinstance(r, ValueError) for r in bad)
+        assert await batcher.submit(3) == 30
+    finally:
+        await batcher.stop()
+    with pytest.raises(BatcherClosedError):
+        await batcher.submit(4)
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="max_batch"):
+        MicroBatcher(Recorder(), max_batch=0, max_wait_ms=1)
+    with pytest.raises(ValueError, match="max_wait_ms"):
+        MicroBatcher(Recorder(), max_batch=1, max_wait_ms=-1)
