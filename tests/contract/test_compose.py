@@ -1,0 +1,249 @@
+"""docker-compose.yml and the Dockerfile, checked without a Docker engine.
+
+Every command the stack runs must exist in this project: the ``kairos`` console script and its
+subcommands (with the options the compose file passes), the migrations Alembic would run, every
+path the Dockerfile copies, every ``KAIROS_*`` variable as a setting. ``docker compose config``
+runs too, where a Docker CLI with the compose plugin is installed (skipped otherwise).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from configparser import ConfigParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import kairos.cli
+from app import cli as app_cli
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+ENV_EXAMPLE = ROOT / ".env.example"
+LONG_RUNNING = ("postgres", "redis", "api", "worker")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = compose["services"]
+    return found
+
+
+@pytest.fixture(scope="module")
+def pyproject() -> dict[str, Any]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _command(service: dict[str, Any]) -> list[str]:
+    command = service.get("command")
+    if command is None:
+        return []
+    return command.split() if isinstance(command, str) else [str(part) for part in command]
+
+
+def _interpolate_defaults(text: str) -> str:
+    """``${VAR:-default}`` -> ``default`` (what compose substitutes with an empty environment)."""
+    return re.sub(r"\$\{[A-Z0-9_]+:-([^}]*)\}", r"\1", text)
+
+
+class TestServices:
+    def test_the_stack_is_complete(self, services):
+        assert {"postgres", "redis", "migrate", "api", "worker"} <= set(services)
+
+    def test_postgres_healthcheck_is_pg_isready(self, services):
+        test = " ".join(services["postgres"]["healthcheck"]["test"])
+        assert "pg_isready" in test
+
+    def test_redis_healthcheck_is_redis_cli_ping(self, services):
+        assert services["redis"]["healthcheck"]["test"][-2:] == ["redis-cli", "ping"]
+
+    @pytest.mark.parametrize("name", LONG_RUNNING)
+    def test_long_running_services_have_healthchecks_and_restart(self, services, name):
+        service = services[name]
+        assert service["healthcheck"]["test"], name
+        assert not service["healthcheck"].get("disable", False)
+        assert service.get("restart") == "unless-stopped"
+
+    def test_migrate_is_one_shot_and_waits_for_postgres(self, services):
+        migrate = services["migrate"]
+        assert _command(migrate) == ["kairos", "migrate"]
+        assert migrate.get("restart") == "no"
+        assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+    @pytest.mark.parametrize("name", ["api", "worker"])
+    def test_api_and_worker_wait_for_backends_and_migration(self, services, name):
+        depends = services[name]["depends_on"]
+        assert depends["postgres"]["condition"] == "service_healthy"
+        assert depends["redis"]["condition"] == "service_healthy"
+        assert depends["migrate"]["condition"] == "service_completed_successfully"
+
+    def test_depends_on_names_existing_services(self, services):
+        for name, service in services.items():
+            for dependency in service.get("depends_on", {}):
+                assert dependency in services, f"{name} depends on unknown {dependency}"
+
+    def test_api_runs_several_uvicorn_workers(self, services):
+        command = [_interpolate_defaults(part) for part in _command(services["api"])]
+        workers = int(command[command.index("--workers") + 1])
+        assert workers >= 2
+        assert "--no-migrate" in command  # the migrate service owns the schema
+
+    def test_worker_replicas(self, services):
+        replicas = int(_interpolate_defaults(str(services["worker"]["deploy"]["replicas"])))
+        assert replicas >= 2
+        assert _command(services["worker"]) == ["kairos", "worker"]
+
+    def test_kairos_services_build_this_dockerfile(self, services):
+        for name in ("migrate", "api", "worker"):
+            build = services[name]["build"]
+            assert (ROOT / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
+
+    def test_api_healthcheck_hits_readyz(self, services):
+        test = " ".join(services["api"]["healthcheck"]["test"])
+        assert "/readyz" in test
+
+
+class TestCommandsExist:
+    def test_kairos_is_a_console_script(self, pyproject):
+        assert pyproject["project"]["scripts"]["kairos"] == "kairos.cli:main"
+
+    def test_every_kairos_subcommand_exists(self, services):
+        for name, service in services.items():
+            command = _command(service)
+            if not command or command[0] != "kairos":
+                continue
+            subcommand = command[1]
+            assert subcommand in kairos.cli.COMMANDS, f"{name}: kairos {subcommand}"
+            module = kairos.cli.COMMANDS[subcommand][0]
+            if module == "app.cli":
+                assert subcommand in app_cli.COMMANDS, f"{name}: app.cli lacks {subcommand}"
+
+    @pytest.mark.parametrize("name", ["api", "migrate", "worker"])
+    def test_options_passed_are_accepted(self, services, name):
+        command = [_interpolate_defaults(part) for part in _command(services[name])]
+        options = [part for part in command[2:] if part.startswith("--")]
+        if not options:
+            return
+        result = subprocess.run(
+            [sys.executable, "-m", "kairos", command[1], "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        for option in options:
+            assert option in result.stdout, f"kairos {command[1]} has no {option}"
+
+    def test_uvicorn_factory_targets_resolve(self, services):
+        for service in services.values():
+            command = _command(service)
+            if "--factory" in command:
+                module, _, attr = command[command.index("--factory") + 1].partition(":")
+                imported = __import__(module, fromlist=[attr])
+                assert callable(getattr(imported, attr))
+
+    def test_migrations_exist(self):
+        config = ConfigParser()
+        config.read(ROOT / "alembic.ini")
+        location = ROOT / config["alembic"]["script_location"]
+        assert (location / "env.py").is_file()
+        assert list((location / "versions").glob("*.py")), "no migration revisions"
+
+
+class TestEnvironment:
+    def test_kairos_variables_are_settings(self, compose):
+        anchors = [compose.get("x-kairos-env", {})] + [
+            s.get("environment", {}) for s in compose["services"].values()
+        ]
+        fields = set(Settings.model_fields)
+        for env in anchors:
+            for key in env if isinstance(env, dict) else []:
+                if key.startswith("KAIROS_"):
+                    assert key.removeprefix("KAIROS_") in fields, f"{key} is not a setting"
+
+    def test_every_interpolated_variable_is_documented(self):
+        used = set(re.findall(r"\$\{([A-Z0-9_]+)", COMPOSE.read_text()))
+        documented = set(re.findall(r"^([A-Z0-9_]+)=", ENV_EXAMPLE.read_text(), re.MULTILINE))
+        assert used <= documented, f"undocumented in .env.example: {sorted(used - documented)}"
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> str:
+    return DOCKERFILE.read_text()
+
+
+class TestDockerfile:
+    def test_base_image_user_healthcheck(self, dockerfile):
+        assert re.search(r"^FROM python:3\.11-slim\b", dockerfile, re.MULTILINE)
+        users = re.findall(r"^USER (\S+)", dockerfile, re.MULTILINE)
+        assert users, "no USER"
+        assert users[-1] not in {"root", "0"}
+        assert re.search(r"^HEALTHCHECK ", dockerfile, re.MULTILINE)
+
+    def test_no_torch(self, dockerfile, pyproject):
+        assert "torch" not in " ".join(pyproject["project"]["dependencies"])
+        install_lines = [line for line in dockerfile.splitlines() if "pip install" in line]
+        assert install_lines
+        assert not any("[train]" in line or "torch" in line for line in install_lines)
+
+    def test_copied_paths_exist_and_are_not_ignored(self, dockerfile):
+        ignored = {
+            line.strip()
+            for line in (ROOT / ".dockerignore").read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        }
+        for line in re.findall(r"^COPY (.+)$", dockerfile, re.MULTILINE):
+            sources = [part for part in line.split()[:-1] if not part.startswith("--")]
+            for source in sources:
+                assert (ROOT / source).exists(), f"COPY {source}: missing"
+                assert source not in ignored, f"COPY {source}: excluded by .dockerignore"
+
+    def test_cmd_is_a_kairos_command(self, dockerfile):
+        (cmd,) = re.findall(r"^CMD (.+)$", dockerfile, re.MULTILINE)
+        parts = yaml.safe_load(cmd)
+        assert parts[0] == "kairos"
+        assert parts[1] in kairos.cli.COMMANDS
+
+
+def _docker_compose() -> list[str] | None:
+    docker = shutil.which("docker")
+    if docker:
+        probe = subprocess.run(
+            [docker, "compose", "version"], capture_output=True, timeout=30, check=False
+        )
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy else None
+
+
+def test_docker_compose_config():
+    compose_cli = _docker_compose()
+    if compose_cli is None:
+        pytest.skip("no Docker CLI with compose on this machine")
+    result = subprocess.run(
+        [*compose_cli, "-f", str(COMPOSE), "--env-file", str(ENV_EXAMPLE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
