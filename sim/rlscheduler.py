@@ -106,10 +106,10 @@ def _ranks(keys: Sequence[FloatArray], n: int) -> IntArray:
 class SequenceResult:
     """One simulated job sequence: per-job arrays in trace order, plus the episode clock."""
 
-    submit: IntArray
-    run: IntArray
+    submit: FloatArray
+    run: FloatArray
     procs: IntArray
-    start: IntArray
+    start: FloatArray
     #: simulated time when the episode ended (rlscheduler: the last start)
     end_time: float
     max_procs: int
@@ -177,10 +177,10 @@ def simulate_sequence(
     )
     starts, end_time = run_heuristic(seq, prio.tolist(), fcfs.tolist(), backfill=backfill)
     return SequenceResult(
-        submit=trace.submit_time[start:stop],
-        run=trace.run_time[start:stop],
+        submit=trace.submit_time[start:stop].astype(np.float64),
+        run=trace.run_time[start:stop].astype(np.float64),
         procs=trace.processors[start:stop],
-        start=np.asarray(starts, dtype=np.int64),
+        start=np.asarray(starts, dtype=np.float64),
         end_time=float(end_time),
         max_procs=trace.max_procs,
         user=trace.user_id[start:stop],
