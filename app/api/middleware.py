@@ -63,6 +63,24 @@ def _replay(body: bytes) -> Receive:
     return receive
 
 
+def route_template(scope: Scope) -> str:
+    """``/v1/clusters/{cluster_id}`` for ``/v1/clusters/c1``; ``unmatched`` when no route matched.
+
+    Routes of included routers know only their own part of the path (``/clusters/{cluster_id}``);
+    the router prefix is the part of the request path before the route's own match.
+    """
+    route = scope.get("route")
+    fmt = getattr(route, "path_format", None)
+    regex = getattr(route, "path_regex", None)
+    if not isinstance(fmt, str) or regex is None:
+        return "unmatched"
+    path: str = scope.get("path", "")
+    for i, ch in enumerate(path):
+        if ch == "/" and regex.match(path[i:]):
+            return path[:i] + fmt
+    return fmt
+
+
 class MetricsMiddleware:
     """Counts and times every request by its route *template* (``/v1/clusters/{cluster_id}``)."""
 
@@ -86,10 +104,8 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path_format", None) or getattr(route, "path", None)
             self.metrics.observe_request(
-                scope["method"], template or "unmatched", status, time.perf_counter() - started
+                scope["method"], route_template(scope), status, time.perf_counter() - started
             )
 
 

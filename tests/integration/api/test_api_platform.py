@@ -1,0 +1,204 @@
+"""Cross-cutting behaviour: error shape, auth and tenancy, Idempotency-Key, body limits,
+health, metrics, offline docs, OpenAPI quality."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import open_client
+from tests.factories import cluster_body, job_spec, make_cluster
+
+JSON = {"content-type": "application/json"}
+
+
+def _is_error(r: httpx.Response, status: int, code: str | None = None) -> None:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"}
+    assert {"code", "message", "details"} <= set(body["error"])
+    if code is not None:
+        assert body["error"]["code"] == code
+
+
+class TestErrors:
+    async def test_malformed_json_is_400(self, client: httpx.AsyncClient, cid: str) -> None:
+        r = await client.put(f"/v1/clusters/{cid}", content=b'{"resources": [', headers=JSON)
+        _is_error(r, 400, "malformed_json")
+
+    async def test_unknown_route_and_method(self, client: httpx.AsyncClient) -> None:
+        _is_error(await client.get("/v1/nothing-here"), 404, "not_found")
+        _is_error(await client.patch("/v1/clusters"), 405, "method_not_allowed")
+
+    async def test_wrong_types_name_fields(self, client: httpx.AsyncClient, cid: str) -> None:
+        r = await client.put(f"/v1/clusters/{cid}", json={"resources": "cpu", "labels": 3})
+        _is_error(r, 422, "validation_error")
+        fields = {d["field"] for d in r.json()["error"]["details"]}
+        assert {"body.resources", "body.labels"} <= fields
+
+    async def test_unknown_field_is_422(self, client: httpx.AsyncClient, cid: str) -> None:
+        r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(colour="red"))
+        _is_error(r, 422)
+        assert r.json()["error"]["details"][0]["field"] == "body.colour"
+
+
+class TestBodyLimit:
+    async def test_declared_length_over_limit(self, client: httpx.AsyncClient, cid: str) -> None:
+        big = b'{"resources": ["cpu"], "name": "' + b"x" * 300_000 + b'"}'
+        r = await client.put(f"/v1/clusters/{cid}", content=big, headers=JSON)
+        _is_error(r, 413, "payload_too_large")
+
+    async def test_streamed_body_over_limit(self, client: httpx.AsyncClient, cid: str) -> None:
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b'{"resources": ["cpu"], "name": "'
+            for _ in range(40):
+                yield b"x" * 10_000
+            yield b'"}'
+
+        r = await client.put(f"/v1/clusters/{cid}", content=chunks(), headers=JSON)
+        assert "content-length" not in r.request.headers
+        _is_error(r, 413, "payload_too_large")
+
+
+class TestIdempotencyKey:
+    async def test_replay_and_conflict(self, client: httpx.AsyncClient, cid: str) -> None:
+        await make_cluster(client, cid, nodes=1)
+        await client.post(f"/v1/clusters/{cid}/jobs", json=job_spec("a"))
+        key = {"Idempotency-Key": f"k-{cid}"}
+        first = await client.post(f"/v1/clusters/{cid}/schedule", json={}, headers=key)
+        again = await client.post(f"/v1/clusters/{cid}/schedule", json={}, headers=key)
+        assert first.status_code == again.status_code == 200
+        assert again.json() == first.json()
+        assert again.headers["idempotent-replayed"] == "true"
+        page = (await client.get(f"/v1/clusters/{cid}/decisions")).json()
+        assert len(page["items"]) == 1  # the replay did not decide again
+        other = await client.post(
+            f"/v1/clusters/{cid}/schedule", json={"dry_run": True}, headers=key
+        )
+        _is_error(other, 409, "idempotency_key_reused")
+
+    async def test_job_submission_with_key(self, client: httpx.AsyncClient, cid: str) -> None:
+        await make_cluster(client, cid)
+        key = {"Idempotency-Key": f"j-{cid}"}
+        a = await client.post(f"/v1/clusters/{cid}/jobs", json=job_spec("x"), headers=key)
+        b = await client.post(f"/v1/clusters/{cid}/jobs", json=job_spec("x"), headers=key)
+        assert (a.status_code, b.status_code) == (201, 201)  # the stored 201 is replayed
+        assert b.json() == a.json()
+
+
+@pytest.fixture
+async def auth_client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings.model_copy(update={"API_KEYS": "acme:key-a, globex:key-g"}))
+    async for c in open_client(app):
+        yield c
+
+
+def _as(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+class TestAuthAndTenancy:
+    async def test_missing_and_bad_keys_are_401(self, auth_client: httpx.AsyncClient) -> None:
+        _is_error(await auth_client.get("/v1/clusters"), 401, "unauthorized")
+        _is_error(await auth_client.get("/v1/clusters", headers=_as("nope")), 401)
+        _is_error(await auth_client.get("/v1/policies", headers={"Authorization": "Basic x"}), 401)
+        assert (await auth_client.get("/healthz")).status_code == 200
+
+    async def test_tenants_are_isolated(self, auth_client: httpx.AsyncClient, cid: str) -> None:
+        a, g = _as("key-a"), _as("key-g")
+        assert (
+            await auth_client.put(f"/v1/clusters/{cid}", json=cluster_body(), headers=a)
+        ).status_code == 201
+        await auth_client.put(
+            f"/v1/clusters/{cid}/nodes/n1", json={"capacity": {"cpu": 4}}, headers=a
+        )
+        d = (await auth_client.post(f"/v1/clusters/{cid}/schedule", json={}, headers=a)).json()
+        for method, path in [
+            ("GET", f"/v1/clusters/{cid}"),
+            ("GET", f"/v1/clusters/{cid}/nodes"),
+            ("GET", f"/v1/clusters/{cid}/jobs"),
+            ("POST", f"/v1/clusters/{cid}/schedule"),
+            ("GET", f"/v1/clusters/{cid}/decisions"),
+            ("GET", f"/v1/decisions/{d['id']}"),
+            ("DELETE", f"/v1/clusters/{cid}"),
+        ]:
+            r = await auth_client.request(
+                method, path, headers=g, json={} if method == "POST" else None
+            )
+            _is_error(r, 404)
+        listed = (await auth_client.get("/v1/clusters", headers=g)).json()["items"]
+        assert cid not in [c["id"] for c in listed]
+        # the same id is free for the other tenant
+        assert (
+            await auth_client.put(f"/v1/clusters/{cid}", json=cluster_body(), headers=g)
+        ).status_code == 201
+        assert (await auth_client.get(f"/v1/decisions/{d['id']}", headers=a)).status_code == 200
+
+
+class TestOperations:
+    async def test_health_and_ready(self, client: httpx.AsyncClient) -> None:
+        assert (await client.get("/healthz")).json() == {"status": "ok"}
+        r = await client.get("/readyz")
+        assert r.status_code == 200
+        assert r.json() == {"status": "ok", "database": "ok", "queue": "ok", "policies": "ok"}
+
+    async def test_readyz_reports_database_down(self, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        settings = Settings(
+            DATABASE_URL="postgresql://postgres@127.0.0.1:1/nothing", AUTO_MIGRATE=False
+        )
+        app = create_app(settings)
+        async for c in open_client(app):
+            r = await c.get("/readyz")
+            assert r.status_code == 503
+            assert r.json()["database"] == "down"
+
+    async def test_metrics(self, client: httpx.AsyncClient, cid: str) -> None:
+        await make_cluster(client, cid, nodes=1)
+        await client.post(f"/v1/clusters/{cid}/schedule", json={})
+        await client.get(f"/v1/clusters/{cid}-missing")
+        text = (await client.get("/metrics")).text
+        schedule = 'route="/v1/clusters/{cluster_id}/schedule",status="200"'
+        assert f'kairos_http_requests_total{{method="POST",{schedule}}} 1.0' in text
+        assert 'route="/v1/clusters/{cluster_id}",status="404"' in text
+        assert (
+            'kairos_decisions_total{fallback_reason="none",kind="heuristic",policy="f1"} 1.0'
+            in text
+        )
+        assert "kairos_decision_latency_seconds_bucket" in text
+
+    async def test_docs_are_offline(self, client: httpx.AsyncClient) -> None:
+        html = (await client.get("/docs")).text
+        assert "swagger-ui-bundle.js" in html
+        urls = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html) + re.findall(
+            r"url: ?'([^']+)'", html
+        )
+        assert urls
+        for url in urls:
+            assert url.startswith("/"), f"external asset {url}"
+            if url.startswith("/static/"):
+                assert (await client.get(url)).status_code == 200
+        assert "http://" not in html
+        assert "https://" not in html
+
+    async def test_openapi_is_documented(self, client: httpx.AsyncClient) -> None:
+        spec = (await client.get("/openapi.json")).json()
+        ops = [(p, m, op) for p, item in spec["paths"].items() for m, op in item.items()]
+        assert len(ops) >= 20
+        for path, method, op in ops:
+            assert op.get("summary"), (path, method)
+            assert op.get("description"), (path, method)
+            tag = op["tags"][0]
+            assert op["operationId"].startswith(f"{tag}-"), op["operationId"]
+            body = op.get("requestBody")
+            if body:
+                media = body["content"]["application/json"]
+                ref = media["schema"].get("$ref", "")
+                has_schema_example = bool(
+                    ref and spec["components"]["schemas"][ref.rsplit("/", 1)[1]].get("examples")
+                )
+                assert media.get("examples") or has_schema_example, (path, method)
