@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.domain.heuristics import get_heuristic
+from app.domain.types import Backfill
+from sim import evaluate as ev
+from sim.cli import main
+from sim.evaluate import ROW_KEYS, EvalSpec, UnknownPolicyError, register_policy_loader
+
+DATA = Path(__file__).resolve().parents[3] / "data"
+LUBLIN1 = str(DATA / "lublin_256.swf.gz")
+
+
+def test_rlscheduler_cli_reproduces_published_cells(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    code = main(
+        ["evaluate", "--trace", LUBLIN1, "--policies", "sjf,f1", "--backfill", "easy",
+         "--semantics", "rlscheduler", "--sequences", "10", "--length", "1024", "--seed", "1",
+         "--json", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    rows = json.loads(out.read_text())
+    assert [tuple(r) for r in rows] == [ROW_KEYS, ROW_KEYS]
+    assert [r["policy"] for r in rows] == ["sjf", "f1"]
+    assert [round(r["bsld"], 2) for r in rows] == [73.31, 75.07]
+    assert [round(r["utilization"], 3) for r in rows] == [0.778, 0.840]
+    assert len(rows[0]["per_sequence_bsld"]) == 10
+    assert "sjf" in capsys.readouterr().out
+
+
+def test_kairos_cli_with_workers_and_report(tmp_path):
+    out, report = tmp_path / "rows.json", tmp_path / "report"
+    argv = ["evaluate", "--trace", LUBLIN1, "--policies", "fcfs,sjf", "--backfill", "easy",
+            "--semantics", "kairos", "--sequences", "2", "--length", "40", "--seed", "3",
+            "--json", str(out), "--report", str(report)]  # fmt: skip
+    assert main([*argv, "--workers", "2"]) == 0
+    parallel = json.loads(out.read_text())
+    assert main(argv) == 0
+    assert json.loads(out.read_text()) == parallel  # same numbers, serial or parallel
+    assert {r["semantics"] for r in parallel} == {"kairos"}
+    assert (report / "report.md").read_text().count("| fcfs |") == 2
+    assert (report / "bsld_per_policy.png").stat().st_size > 0
+    assert (report / "wait_cdf.png").stat().st_size > 0
+
+
+def test_unknown_policy_is_a_clear_error(tmp_path, capsys):
+    code = main(
+        ["evaluate", "--trace", LUBLIN1, "--policies", "fcfs,my-model", "--json",
+         str(tmp_path / "x.json"), "--sequences", "1", "--length", "32"]
+    )  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "unknown policy 'my-model'" in err
+    assert "no policy loader is registered" in err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_learned_policies_are_refused_under_rlscheduler_semantics():
+    with pytest.raises(UnknownPolicyError, match="--semantics kairos"):
+        ev.resolve_policy("my-model", "rlscheduler")
+
+
+def test_registered_loader_resolves_a_policy_name(monkeypatch):
+    monkeypatch.setattr(ev, "_loaders", [])
+    sjf = get_heuristic("sjf")
+    register_policy_loader(lambda name: sjf if name == "shortest@1" else None)
+    assert ev.resolve_policy("shortest@1", "kairos") is sjf
+    with pytest.raises(UnknownPolicyError, match="no registered policy loader knows it"):
+        ev.resolve_policy("other", "kairos")
+    spec = EvalSpec(LUBLIN1, ("shortest@1",), Backfill.NONE, "kairos", 1, 32, 0)
+    result = ev.evaluate(spec, progress=False)
+    assert result.rows[0]["policy"] == "shortest@1"
+
+
+def test_bad_arguments_exit_with_usage_error(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["evaluate", "--trace", str(tmp_path / "missing.swf"), "--policies", "fcfs",
+              "--json", str(tmp_path / "o.json")])  # fmt: skip
+    assert exc.value.code == 2
