@@ -321,12 +321,16 @@ class TestErrors:
         ):
             client.policies.list()
 
-    def test_timeout_error(self, server: str):
-        with (
-            Client(base_url=server, api_key=ACME_KEY, timeout=1e-6, max_retries=0) as client,
-            pytest.raises(kairos_client.APITimeoutError),
-        ):
-            client.policies.list()
+    def test_timeout_error_when_the_peer_never_answers(self):
+        with socket.socket() as silent:  # accepts connections (backlog), never responds
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(8)
+            port = silent.getsockname()[1]
+            with (
+                Client(base_url=f"http://127.0.0.1:{port}", timeout=0.2, max_retries=1) as client,
+                pytest.raises(kairos_client.APITimeoutError),
+            ):
+                client.policies.list()
 
 
 class _LoseFirstResponse(httpx.BaseTransport):
