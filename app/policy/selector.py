@@ -284,7 +284,7 @@ class _Batch:
         if outcome is None:
             reason = self.reasons[i]
             assert reason is not None
-            outcome = _fallback(req, reason[0], reason[1])
+            outcome = fallback_outcome(req, reason[0], reason[1])
         shadow = self.shadows[i]
         if shadow is not None and outcome.error is None:
             outcome = replace(outcome, shadow=shadow)
@@ -309,7 +309,10 @@ def decide_many(
     return [batch.final(i) for i in range(len(requests))]
 
 
-def _fallback(req: DecisionRequest, reason: FallbackReason, detail: str | None) -> DecisionOutcome:
+def fallback_outcome(
+    req: DecisionRequest, reason: FallbackReason, detail: str | None
+) -> DecisionOutcome:
+    """The fallback heuristic's outcome for ``req`` (an error outcome if the snapshot is bad)."""
     try:
         heuristic = get_heuristic(req.fallback)
     except UnknownHeuristicError:
@@ -352,5 +355,6 @@ __all__ = [
     "decide_many",
     "decide_one",
     "decision_agrees",
+    "fallback_outcome",
     "resolve",
 ]

@@ -1,0 +1,193 @@
+"""The decision pipeline the service plugs in: registry + batcher + (optional) Redis queue.
+
+* Embedded (no ``KAIROS_REDIS_URL``): requests go through an in-process :class:`MicroBatcher`
+  whose handler is :func:`app.policy.selector.decide_many` (step-synchronous, in a thread).
+* Redis: requests are ``XADD``ed to the stream and answered by ``kairos worker`` processes.  When
+  Redis is unreachable (or fails mid-request) the request is decided in-process instead, and
+  :meth:`DecisionPipeline.queue_health` reports ``degraded`` until Redis answers pings again.
+* Deadline: a request has until ``deadline`` (epoch seconds) to be decided by its primary policy;
+  if no answer arrives by then (plus ``grace_s`` for the trip), the fallback heuristic decides
+  with ``fallback.reason = "deadline_exceeded"``.
+
+The pipeline is transport plumbing: it never raises for a request's policy or queue trouble, only
+returns a :class:`DecisionOutcome` (whose ``error`` is set for a bad snapshot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from app.batching.batcher import BatcherClosedError, MicroBatcher
+from app.batching.redis_transport import QueueUnavailableError, RedisQueue, StreamKeys
+from app.policy.onnx_policy import RuntimeOptions
+from app.policy.registry import PolicyRegistry
+from app.policy.selector import (
+    DEFAULT_FALLBACK_RESERVE_S,
+    DecisionOutcome,
+    DecisionRequest,
+    FallbackReason,
+    decide_many,
+    fallback_outcome,
+)
+from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+QueueHealth = Literal["ok", "degraded", "down"]
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineOptions:
+    max_batch: int = 32
+    max_wait_ms: float = 2.0
+    #: concurrent in-process batches (each runs in its own thread)
+    concurrency: int = 1
+    redis_url: str | None = None
+    redis_prefix: str = "kairos"
+    #: extra wait beyond the deadline for a worker's reply (the trip back)
+    grace_s: float = 0.02
+    fallback_reserve_s: float = DEFAULT_FALLBACK_RESERVE_S
+
+
+class DecisionPipeline:
+    """One per process (built in ``lifespan``)."""
+
+    def __init__(
+        self,
+        registry: PolicyRegistry,
+        options: PipelineOptions,
+        *,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.options = options
+        self._on_batch = on_batch
+        self._executor = ThreadPoolExecutor(
+            max_workers=options.concurrency, thread_name_prefix="kairos-decide"
+        )
+        self.batcher: MicroBatcher[DecisionRequest, DecisionOutcome] = MicroBatcher(
+            self._decide_batch,
+            max_batch=options.max_batch,
+            max_wait_ms=options.max_wait_ms,
+            executor=self._executor,
+            on_batch=self._observe_local_batch,
+            concurrency=options.concurrency,
+        )
+        self.queue: RedisQueue | None = None
+        if options.redis_url:
+            self.queue = RedisQueue(options.redis_url, StreamKeys(options.redis_prefix))
+
+    def _decide_batch(self, requests: Sequence[DecisionRequest]) -> list[DecisionOutcome]:
+        return decide_many(
+            requests, self.registry, fallback_reserve_s=self.options.fallback_reserve_s
+        )
+
+    def _observe_local_batch(self, size: int, _seconds: float) -> None:
+        if self._on_batch is not None:
+            self._on_batch(size)
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.registry.discover)
+        for entry in self.registry.entries():
+            if entry.loaded:
+                logger.info(
+                    "policy %s@%s loaded (sha256 %s)", entry.name, entry.version, entry.sha256
+                )
+            else:
+                logger.warning(
+                    "policy %s@%s refused: %s: %s",
+                    entry.name,
+                    entry.version,
+                    entry.reason,
+                    entry.message,
+                )
+        self.batcher.start()
+        if self.queue is not None:
+            await self.queue.start()
+
+    async def close(self) -> None:
+        if self.queue is not None:
+            await self.queue.close()
+        await self.batcher.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ health and depth
+
+    def queue_health(self) -> QueueHealth:
+        if self.queue is None:
+            return "ok" if self.batcher.running else "down"
+        return "ok" if self.queue.available else "degraded"
+
+    def queue_depth(self) -> int:
+        """Requests waiting in this process (in the batcher or for a worker's reply)."""
+        waiting = self.batcher.depth
+        if self.queue is not None:
+            waiting += self.queue.in_flight
+        return waiting
+
+    # ------------------------------------------------------------------ deciding
+
+    async def decide(self, request: DecisionRequest) -> DecisionOutcome:
+        if self.queue is not None and self.queue.available:
+            remaining = self._remaining(request)
+            try:
+                reply = await self.queue.submit(request, remaining + self.options.grace_s)
+            except QueueUnavailableError as exc:
+                logger.warning("request %s: queue failed (%s); in-process", request.request_id, exc)
+            else:
+                if reply is None:
+                    return await self._fallback(request, "no worker answered before the deadline")
+                outcome, batch_size, leader = reply
+                if leader and self._on_batch is not None:
+                    self._on_batch(batch_size)
+                return outcome
+        return await self._local(request)
+
+    def _remaining(self, request: DecisionRequest) -> float:
+        if request.deadline is None:
+            return 3600.0
+        return max(0.0, request.deadline - time.time())
+
+    async def _local(self, request: DecisionRequest) -> DecisionOutcome:
+        try:
+            return await asyncio.wait_for(
+                self.batcher.submit(request), self._remaining(request) + self.options.grace_s
+            )
+        except TimeoutError:
+            return await self._fallback(request, "the batch did not finish before the deadline")
+        except BatcherClosedError:
+            return await self._fallback(request, "the batcher is stopped")
+
+    async def _fallback(self, request: DecisionRequest, detail: str) -> DecisionOutcome:
+        return await asyncio.to_thread(
+            fallback_outcome, request, FallbackReason.DEADLINE_EXCEEDED, detail
+        )
+
+
+def pipeline_from_settings(
+    settings: Settings, *, on_batch: Callable[[int], None] | None = None
+) -> DecisionPipeline:
+    """The pipeline ``create_app`` builds: models from ``MODELS_DIR``, batching from settings."""
+    registry = PolicyRegistry(
+        Path(settings.MODELS_DIR),
+        RuntimeOptions(
+            intra_op_threads=settings.ONNX_INTRA_OP_THREADS,
+            inter_op_threads=settings.ONNX_INTER_OP_THREADS,
+            max_candidates=settings.MAX_CANDIDATES,
+        ),
+    )
+    options = PipelineOptions(
+        max_batch=settings.BATCH_MAX_SIZE,
+        max_wait_ms=settings.BATCH_MAX_WAIT_MS,
+        concurrency=settings.BATCH_CONCURRENCY,
+        redis_url=settings.REDIS_URL,
+        redis_prefix=settings.REDIS_PREFIX,
+    )
+    return DecisionPipeline(registry, options, on_batch=on_batch)

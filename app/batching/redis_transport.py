@@ -1,0 +1,368 @@
+"""Redis Streams transport: the API side (:class:`RedisQueue`) and ``kairos worker``
+(:class:`RedisWorker`).  The only module that imports ``redis``.
+
+Keys (``<p>`` = the configured prefix, default ``kairos``; ADR 0040):
+
+* ``<p>:requests``  the request stream; each entry ``{"req": <wire request JSON>}``
+* ``<p>:workers``   the consumer group every worker reads through (``XREADGROUP``)
+* ``<p>:reply:<request id>``  a list holding the reply; the API ``BLPOP``s it; TTL ``reply_ttl_s``
+* ``<p>:done:<request id>``   set (``NX``, same TTL) by the first worker to deliver: a request
+  decided twice (a reclaimed entry whose first worker died after answering) is answered once
+
+Delivery is at-least-once: a worker ``XACK``s (and ``XDEL``s) an entry only after its reply is
+pushed, and ``XAUTOCLAIM`` hands entries idle longer than ``claim_idle_ms`` (a dead worker's) to a
+live one.  The request id is the idempotency key end to end (the decision table's ``request_id``
+is UNIQUE too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from app.batching.wire import (
+    WireError,
+    outcome_from_json,
+    outcome_to_json,
+    request_from_json,
+    request_to_json,
+)
+from app.policy.selector import DecisionOutcome, DecisionRequest
+
+logger = logging.getLogger(__name__)
+
+#: Errors that mean "Redis is not reachable right now".
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ConnectionError,
+    TimeoutError,
+    OSError,
+)
+
+_DELIVER = """
+if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+
+class QueueUnavailableError(Exception):
+    """Redis could not be reached; the caller decides in-process."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamKeys:
+    prefix: str = "kairos"
+
+    @property
+    def stream(self) -> str:
+        return f"{self.prefix}:requests"
+
+    @property
+    def group(self) -> str:
+        return f"{self.prefix}:workers"
+
+    def reply(self, request_id: str) -> str:
+        return f"{self.prefix}:reply:{request_id}"
+
+    def done(self, request_id: str) -> str:
+        return f"{self.prefix}:done:{request_id}"
+
+
+def _client(url: str) -> aioredis.Redis:
+    # short connect timeout so an outage is noticed fast; no socket timeout on reads (BLPOP and
+    # XREADGROUP BLOCK pass their own), health checks on idle connections
+    return aioredis.Redis.from_url(
+        url,
+        socket_connect_timeout=0.5,
+        health_check_interval=5,
+        retry_on_timeout=False,
+    )
+
+
+Reply = tuple[DecisionOutcome, int, bool]
+
+
+class RedisQueue:
+    """API side: ``XADD`` a request, ``BLPOP`` its reply; tracks whether Redis is reachable."""
+
+    def __init__(
+        self,
+        url: str,
+        keys: StreamKeys | None = None,
+        *,
+        max_len: int = 100_000,
+        ping_interval_s: float = 0.5,
+    ) -> None:
+        self.url = url
+        self.keys = keys or StreamKeys()
+        self.max_len = max_len
+        self.ping_interval_s = ping_interval_s
+        self.available = False
+        self.in_flight = 0
+        self._redis: aioredis.Redis | None = None
+        self._monitor: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._redis = _client(self.url)
+        await self._ping()
+        self._monitor = asyncio.create_task(self._watch(), name="redis-queue-monitor")
+
+    async def close(self) -> None:
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+        if self._redis is not None:
+            await self._redis.aclose()
+
+    async def _ping(self) -> bool:
+        assert self._redis is not None
+        try:
+            await asyncio.wait_for(self._redis.ping(), timeout=1.0)
+        except UNAVAILABLE as exc:  # asyncio.TimeoutError is the builtin, an OSError kin
+            if self.available:
+                logger.warning("redis unreachable (%s): deciding in-process", exc)
+            self.available = False
+        else:
+            if not self.available:
+                logger.info("redis reachable: decisions go through the request stream")
+            self.available = True
+        return self.available
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.ping_interval_s)
+            await self._ping()
+
+    async def submit(self, request: DecisionRequest, wait_s: float) -> Reply | None:
+        """The worker's reply, or ``None`` if none came within ``wait_s``.
+
+        Raises :class:`QueueUnavailableError` when Redis fails (and marks the queue unavailable).
+        """
+        assert self._redis is not None
+        self.in_flight += 1
+        try:
+            await self._redis.xadd(
+                self.keys.stream,
+                {"req": request_to_json(request)},
+                maxlen=self.max_len,
+                approximate=True,
+            )
+            got = await self._redis.blpop([self.keys.reply(request.request_id)], max(wait_s, 0.001))
+        except UNAVAILABLE as exc:
+            self.available = False
+            raise QueueUnavailableError(str(exc)) from exc
+        finally:
+            self.in_flight -= 1
+        if got is None:
+            return None
+        return outcome_from_json(got[1])
+
+    async def depth(self) -> int | None:
+        """Entries in the stream (waiting or being decided), or None when unreachable."""
+        if self._redis is None or not self.available:
+            return None
+        try:
+            return int(await self._redis.xlen(self.keys.stream))
+        except UNAVAILABLE:
+            return None
+
+
+BatchDecider = Callable[[Sequence[DecisionRequest]], Sequence[DecisionOutcome]]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    max_batch: int = 32
+    max_wait_ms: float = 2.0
+    claim_idle_ms: int = 5_000
+    claim_interval_ms: int = 1_000
+    reply_ttl_s: int = 60
+    #: requests whose deadline passed longer ago than this are acknowledged without deciding:
+    #: their requester has already answered with its own fallback
+    stale_after_s: float = 1.0
+    block_ms: int = 500
+
+
+class RedisWorker:
+    """Reads the request stream through the consumer group, decides in batches, replies."""
+
+    def __init__(
+        self,
+        url: str,
+        decide_batch: BatchDecider,
+        *,
+        keys: StreamKeys | None = None,
+        options: WorkerOptions | None = None,
+        consumer: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.url = url
+        self.decide_batch = decide_batch
+        self.keys = keys or StreamKeys()
+        self.options = options or WorkerOptions()
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        self.clock = clock
+        self.batches = 0
+        self.decided = 0
+        self._stop = asyncio.Event()
+        self._redis: aioredis.Redis | None = None
+        self._last_claim = 0.0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _ensure_group(self) -> None:
+        assert self._redis is not None
+        try:
+            await self._redis.xgroup_create(
+                self.keys.stream, self.keys.group, id="0", mkstream=True
+            )
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def run(self) -> None:
+        """Until :meth:`stop`; survives outages (reconnects with backoff, recreates the group)."""
+        self._redis = _client(self.url)
+        backoff = 0.1
+        try:
+            while not self._stop.is_set():
+                try:
+                    await self._ensure_group()
+                    logger.info("worker %s reading %s", self.consumer, self.keys.stream)
+                    backoff = 0.1
+                    await self._loop()
+                except UNAVAILABLE as exc:
+                    logger.warning(
+                        "worker %s: redis unavailable (%s); retrying", self.consumer, exc
+                    )
+                except ResponseError as exc:
+                    if "NOGROUP" not in str(exc):
+                        raise
+                    logger.warning("worker %s: consumer group lost; recreating", self.consumer)
+                    continue
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), backoff)
+                backoff = min(backoff * 2, 2.0)
+        finally:
+            await self._redis.aclose()
+
+    async def _loop(self) -> None:
+        while not self._stop.is_set():
+            entries = await self._claim()
+            if not entries:
+                entries = await self._collect()
+            if entries:
+                await self._handle(entries)
+
+    async def _claim(self) -> list[tuple[str, dict[bytes, bytes]]]:
+        """Entries a dead worker left pending longer than ``claim_idle_ms``."""
+        now = time.monotonic()
+        if now - self._last_claim < self.options.claim_interval_ms / 1000.0:
+            return []
+        self._last_claim = now
+        assert self._redis is not None
+        result = await self._redis.xautoclaim(
+            self.keys.stream,
+            self.keys.group,
+            self.consumer,
+            min_idle_time=self.options.claim_idle_ms,
+            start_id="0-0",
+            count=self.options.max_batch,
+        )
+        claimed = [(_s(i), f) for i, f in result[1] if f]
+        if claimed:
+            logger.info("worker %s reclaimed %d pending entries", self.consumer, len(claimed))
+        deleted = [_s(i) for i in result[2]] if len(result) > 2 else []
+        if deleted:
+            await self._redis.xack(self.keys.stream, self.keys.group, *deleted)
+        return claimed
+
+    async def _read(self, count: int, block_ms: int) -> list[tuple[str, dict[bytes, bytes]]]:
+        assert self._redis is not None
+        got: Any = await self._redis.xreadgroup(
+            self.keys.group,
+            self.consumer,
+            {self.keys.stream: ">"},
+            count=count,
+            block=block_ms,
+        )
+        if not got:
+            return []
+        return [(_s(i), f) for i, f in got[0][1]]
+
+    async def _collect(self) -> list[tuple[str, dict[bytes, bytes]]]:
+        """Up to ``max_batch`` entries, waiting at most ``max_wait_ms`` after the first one."""
+        opts = self.options
+        batch = await self._read(opts.max_batch, opts.block_ms)
+        if not batch:
+            return batch
+        closes_at = time.monotonic() + opts.max_wait_ms / 1000.0
+        while len(batch) < opts.max_batch:
+            remaining_ms = int((closes_at - time.monotonic()) * 1000)
+            if remaining_ms < 1:
+                break
+            more = await self._read(opts.max_batch - len(batch), remaining_ms)
+            if not more:
+                break
+            batch.extend(more)
+        return batch
+
+    async def _handle(self, entries: list[tuple[str, dict[bytes, bytes]]]) -> None:
+        assert self._redis is not None
+        requests: list[DecisionRequest] = []
+        now = self.clock()
+        for entry_id, fields in entries:
+            try:
+                request = request_from_json(fields[b"req"])
+            except (WireError, KeyError) as exc:
+                logger.error(
+                    "worker %s: dropping undecodable entry %s: %s", self.consumer, entry_id, exc
+                )
+                continue
+            if request.deadline is not None and now > request.deadline + self.options.stale_after_s:
+                continue  # its requester gave up long ago and answered with its fallback
+            requests.append(request)
+        outcomes: Sequence[DecisionOutcome] = []
+        if requests:
+            outcomes = await asyncio.to_thread(self.decide_batch, requests)
+        pipe = self._redis.pipeline(transaction=False)
+        ttl = self.options.reply_ttl_s
+        for k, outcome in enumerate(outcomes):
+            payload = outcome_to_json(outcome, batch_size=len(requests), leader=k == 0)
+            pipe.eval(
+                _DELIVER,
+                2,
+                self.keys.done(outcome.request_id),
+                self.keys.reply(outcome.request_id),
+                ttl,
+                payload,
+            )
+        ids = [entry_id for entry_id, _ in entries]
+        pipe.xack(self.keys.stream, self.keys.group, *ids)
+        pipe.xdel(self.keys.stream, *ids)
+        await pipe.execute()
+        self.batches += 1 if requests else 0
+        self.decided += len(requests)
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,252 @@
+"""JSON wire format of decision requests and outcomes between the API and ``kairos worker``.
+
+Pure functions (no I/O).  Version ``WIRE_VERSION`` is carried in every message; a worker refuses
+(answers with an error) a message of another version instead of guessing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from app.domain.decision import DecisionConfig
+from app.domain.types import (
+    Allocation,
+    Backfill,
+    ClusterState,
+    Decision,
+    Job,
+    Node,
+    NodeState,
+    Placement,
+    PlacementStrategy,
+    PolicyRef,
+    Reservation,
+    RunningJob,
+)
+from app.policy.selector import DecisionOutcome, DecisionRequest, FallbackReason, ShadowOutcome
+
+WIRE_VERSION: Final = 1
+
+
+class WireError(ValueError):
+    """A message that cannot be decoded."""
+
+
+def _job(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "per_task": dict(job.per_task),
+        "walltime_s": job.walltime_s,
+        "submit_time": job.submit_time,
+        "tasks": job.tasks,
+        "priority": job.priority,
+        "user": job.user,
+        "queue": job.queue,
+        "depends_on": list(job.depends_on),
+        "labels": dict(job.labels),
+    }
+
+
+def _job_from(raw: Mapping[str, Any]) -> Job:
+    return Job(
+        id=str(raw["id"]),
+        per_task={str(k): float(v) for k, v in raw["per_task"].items()},
+        walltime_s=float(raw["walltime_s"]),
+        submit_time=float(raw["submit_time"]),
+        tasks=int(raw["tasks"]),
+        priority=int(raw["priority"]),
+        user=raw.get("user"),
+        queue=raw.get("queue"),
+        depends_on=tuple(str(d) for d in raw.get("depends_on", ())),
+        labels={str(k): str(v) for k, v in raw.get("labels", {}).items()},
+    )
+
+
+def _placements(placements: tuple[Placement, ...]) -> list[list[Any]]:
+    return [[p.node_id, p.tasks] for p in placements]
+
+
+def _placements_from(raw: list[list[Any]]) -> tuple[Placement, ...]:
+    return tuple(Placement(str(n), int(t)) for n, t in raw)
+
+
+def state_to_json(state: ClusterState) -> dict[str, Any]:
+    return {
+        "now": state.now,
+        "nodes": [
+            {
+                "id": n.id,
+                "capacity": dict(n.capacity),
+                "allocated": dict(n.allocated),
+                "state": n.state.value,
+                "labels": dict(n.labels),
+            }
+            for n in state.nodes
+        ],
+        "running": [
+            {"job": _job(r.job), "placements": _placements(r.placements), "start": r.start_time}
+            for r in state.running
+        ],
+        "pending": [_job(j) for j in state.pending],
+        "finished": sorted(state.finished),
+    }
+
+
+def state_from_json(raw: Mapping[str, Any]) -> ClusterState:
+    return ClusterState(
+        now=float(raw["now"]),
+        nodes=tuple(
+            Node(
+                id=str(n["id"]),
+                capacity={str(k): float(v) for k, v in n["capacity"].items()},
+                allocated={str(k): float(v) for k, v in n["allocated"].items()},
+                state=NodeState(n["state"]),
+                labels={str(k): str(v) for k, v in n.get("labels", {}).items()},
+            )
+            for n in raw["nodes"]
+        ),
+        running=tuple(
+            RunningJob(_job_from(r["job"]), _placements_from(r["placements"]), float(r["start"]))
+            for r in raw["running"]
+        ),
+        pending=tuple(_job_from(j) for j in raw["pending"]),
+        finished=frozenset(str(f) for f in raw["finished"]),
+    )
+
+
+def request_to_json(request: DecisionRequest) -> str:
+    cfg = request.config
+    return json.dumps(
+        {
+            "v": WIRE_VERSION,
+            "request_id": request.request_id,
+            "state": state_to_json(request.state),
+            "config": {
+                "backfill": cfg.backfill.value,
+                "placement": cfg.placement.value,
+                "max_allocations": cfg.max_allocations,
+                "explain": cfg.explain,
+            },
+            "policy": request.policy,
+            "fallback": request.fallback,
+            "shadow": request.shadow,
+            "deadline": request.deadline,
+        },
+        separators=(",", ":"),
+        allow_nan=False,
+    )
+
+
+def request_from_json(text: str | bytes) -> DecisionRequest:
+    try:
+        raw = json.loads(text)
+        if raw.get("v") != WIRE_VERSION:
+            raise WireError(f"wire version {raw.get('v')!r}, expected {WIRE_VERSION}")
+        cfg = raw["config"]
+        return DecisionRequest(
+            request_id=str(raw["request_id"]),
+            state=state_from_json(raw["state"]),
+            config=DecisionConfig(
+                backfill=Backfill(cfg["backfill"]),
+                placement=PlacementStrategy(cfg["placement"]),
+                max_allocations=cfg.get("max_allocations"),
+                explain=bool(cfg.get("explain", False)),
+            ),
+            policy=str(raw["policy"]),
+            fallback=str(raw["fallback"]),
+            shadow=raw.get("shadow"),
+            deadline=None if raw.get("deadline") is None else float(raw["deadline"]),
+        )
+    except WireError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise WireError(f"undecodable request: {exc!r}") from exc
+
+
+def decision_to_json(decision: Decision) -> dict[str, Any]:
+    return {
+        "allocations": [[a.job_id, _placements(a.placements)] for a in decision.allocations],
+        "reservations": [[r.job_id, r.start_at] for r in decision.reservations],
+        "queue_length": decision.queue_length,
+        "policy": [decision.policy.name, decision.policy.version, decision.policy.kind],
+        "explain": dict(decision.explain),
+    }
+
+
+def decision_from_json(raw: Mapping[str, Any]) -> Decision:
+    name, version, kind = raw["policy"]
+    return Decision(
+        allocations=tuple(Allocation(str(j), _placements_from(p)) for j, p in raw["allocations"]),
+        reservations=tuple(Reservation(str(j), float(t)) for j, t in raw["reservations"]),
+        queue_length=int(raw["queue_length"]),
+        policy=PolicyRef(str(name), str(version), str(kind)),
+        explain=dict(raw.get("explain") or {}),
+    )
+
+
+def outcome_to_json(outcome: DecisionOutcome, *, batch_size: int, leader: bool) -> str:
+    """``batch_size``/``leader``: the worker's batch, observed once (by the leader's requester)."""
+    shadow = outcome.shadow
+    return json.dumps(
+        {
+            "v": WIRE_VERSION,
+            "request_id": outcome.request_id,
+            "decision": None if outcome.decision is None else decision_to_json(outcome.decision),
+            "fallback_used": outcome.fallback_used,
+            "fallback_reason": None
+            if outcome.fallback_reason is None
+            else outcome.fallback_reason.value,
+            "fallback_detail": outcome.fallback_detail,
+            "shadow": None
+            if shadow is None
+            else {
+                "policy": shadow.policy,
+                "decision": None if shadow.decision is None else decision_to_json(shadow.decision),
+                "reason": shadow.reason,
+            },
+            "error": outcome.error,
+            "error_type": outcome.error_type,
+            "inference_batch": outcome.batch_size,
+            "batch_size": batch_size,
+            "leader": leader,
+        },
+        separators=(",", ":"),
+        allow_nan=False,
+    )
+
+
+def outcome_from_json(text: str | bytes) -> tuple[DecisionOutcome, int, bool]:
+    """The outcome, the worker batch size and whether this reply is the batch's leader."""
+    try:
+        raw = json.loads(text)
+        if raw.get("v") != WIRE_VERSION:
+            raise WireError(f"wire version {raw.get('v')!r}, expected {WIRE_VERSION}")
+        shadow_raw = raw.get("shadow")
+        shadow = None
+        if shadow_raw is not None:
+            shadow = ShadowOutcome(
+                policy=str(shadow_raw["policy"]),
+                decision=None
+                if shadow_raw["decision"] is None
+                else decision_from_json(shadow_raw["decision"]),
+                reason=shadow_raw.get("reason"),
+            )
+        reason = raw.get("fallback_reason")
+        outcome = DecisionOutcome(
+            request_id=str(raw["request_id"]),
+            decision=None if raw["decision"] is None else decision_from_json(raw["decision"]),
+            fallback_used=bool(raw["fallback_used"]),
+            fallback_reason=None if reason is None else FallbackReason(reason),
+            fallback_detail=raw.get("fallback_detail"),
+            shadow=shadow,
+            error=raw.get("error"),
+            error_type=raw.get("error_type"),
+            batch_size=int(raw.get("inference_batch", 1)),
+        )
+        return outcome, int(raw["batch_size"]), bool(raw["leader"])
+    except WireError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"undecodable reply: {exc!r}") from exc

@@ -1,0 +1,66 @@
+"""``kairos worker``: decide requests from the Redis stream in batches (any number, any host).
+
+Each worker loads every model under ``KAIROS_MODELS_DIR`` once at start (the same validation as
+the API), reads the request stream through the shared consumer group, and decides each batch
+step-synchronously with :func:`app.policy.selector.decide_many` in a thread.  SIGTERM/SIGINT
+finish the batch in hand and exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+
+from app.batching.pipeline import pipeline_from_settings
+from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
+from app.policy.selector import DecisionOutcome, DecisionRequest, decide_many
+from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+async def run_worker(settings: Settings, *, consumer: str | None = None) -> int:
+    if not settings.REDIS_URL:
+        logger.error("kairos worker needs KAIROS_REDIS_URL")
+        return 2
+    registry = pipeline_from_settings(settings).registry
+    entries = await asyncio.to_thread(registry.discover)
+    for entry in entries:
+        state = "loaded" if entry.loaded else f"refused ({entry.reason}: {entry.message})"
+        logger.info("policy %s@%s %s", entry.name, entry.version, state)
+
+    def decide(batch: Sequence[DecisionRequest]) -> list[DecisionOutcome]:
+        # leave room for the reply's trip back to the API within the deadline
+        return decide_many(batch, registry, fallback_reserve_s=0.008)
+
+    worker = RedisWorker(
+        settings.REDIS_URL,
+        decide,
+        keys=StreamKeys(settings.REDIS_PREFIX),
+        options=WorkerOptions(
+            max_batch=settings.BATCH_MAX_SIZE,
+            max_wait_ms=settings.BATCH_MAX_WAIT_MS,
+            claim_idle_ms=settings.REDIS_CLAIM_IDLE_MS,
+            reply_ttl_s=settings.REDIS_REPLY_TTL_S,
+        ),
+        consumer=consumer,
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.stop)
+    await worker.run()
+    logger.info("worker %s stopped after %d batches", worker.consumer, worker.batches)
+    return 0
+
+
+def main(args: Sequence[str], settings: Settings) -> int:
+    parser = argparse.ArgumentParser(
+        prog="kairos worker",
+        description="Decide requests from the Redis request stream (needs KAIROS_REDIS_URL).",
+    )
+    parser.add_argument("--name", default=None, help="consumer name (default: host-pid)")
+    opts = parser.parse_args(list(args))
+    return asyncio.run(run_worker(settings, consumer=opts.name))
