@@ -66,13 +66,11 @@ def _migrate(args: Sequence[str]) -> int:
     return 0
 
 
-def _worker(_args: Sequence[str]) -> int:
-    """Hook for the decision pipeline (issue 3): a worker reading the Redis request stream."""
-    print(  # noqa: T201
-        "kairos worker: not available in this build (the decision pipeline adds it)",
-        file=sys.stderr,
-    )
-    return 2
+def _worker(args: Sequence[str]) -> int:
+    """A decision worker reading the Redis request stream (:mod:`app.batching.worker`)."""
+    from app.batching.worker import main as worker_main
+
+    return worker_main(args, get_settings())
 
 
 #: command name -> handler; the pipeline registers ``worker`` here.

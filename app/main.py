@@ -18,6 +18,7 @@ from app.api.errors import install_error_handlers
 from app.api.middleware import BodyLimitMiddleware, IdempotencyMiddleware, MetricsMiddleware
 from app.api.v1 import api_router
 from app.api.v1.health import router as health_router
+from app.batching.pipeline import pipeline_from_settings
 from app.db.engine import make_engine
 from app.db.migrate import is_behind, upgrade_to_head
 from app.db.session import Database
@@ -54,7 +55,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sqlite_busy_timeout_s=settings.SQLITE_BUSY_TIMEOUT_S,
         )
         database = Database(engine)
-        decisions = DecisionService(default_deadline_s=settings.DEFAULT_DEADLINE_MS / 1000.0)
+        pipeline = pipeline_from_settings(settings, on_batch=metrics.observe_batch)
+        metrics.track_queue_depth(pipeline.queue_depth)
+        decisions = DecisionService(
+            default_deadline_s=settings.DEFAULT_DEADLINE_MS / 1000.0, pipeline=pipeline
+        )
         decisions.add_observer(metrics.observe_decision)
         try:
             if settings.AUTO_MIGRATE and await is_behind(engine):

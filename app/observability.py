@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from app.services.decision import DecisionOutcome
@@ -50,6 +51,25 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+
+        # decision pipeline (ADR 0041): requests per inference batch, requests waiting
+        self.batch_size = Histogram(
+            "kairos_batch_size",
+            "Requests decided together in one batch (in-process or by a worker).",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "kairos_queue_depth",
+            "Decision requests of this process waiting for a batch or a worker's reply.",
+            registry=self.registry,
+        )
+
+    def observe_batch(self, size: int) -> None:
+        self.batch_size.observe(size)
+
+    def track_queue_depth(self, depth: Callable[[], float]) -> None:
+        self.queue_depth.set_function(depth)
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()

@@ -37,6 +37,16 @@ class Settings(BaseSettings):
     BATCH_MAX_WAIT_MS: float = Field(default=2.0, ge=0)
     #: Trained policy artifacts: ``<MODELS_DIR>/<name>/<version>/policy.onnx`` + ``card.json``.
     MODELS_DIR: str = "models"
+    #: Decision pipeline (ADRs 0040-0043): onnxruntime threads per session, in-process batches
+    #: run at once, candidates the policy sees, and the Redis stream's prefix, reclaim idle time
+    #: and reply TTL.
+    ONNX_INTRA_OP_THREADS: int = Field(default=1, ge=1)
+    ONNX_INTER_OP_THREADS: int = Field(default=1, ge=1)
+    BATCH_CONCURRENCY: int = Field(default=1, ge=1)
+    MAX_CANDIDATES: int = Field(default=128, ge=1)
+    REDIS_PREFIX: str = "kairos"
+    REDIS_CLAIM_IDLE_MS: int = Field(default=5_000, ge=1)
+    REDIS_REPLY_TTL_S: int = Field(default=60, ge=1)
     #: Defaults for clusters (and ``/v1/decide`` calls) that do not name their own.
     DEFAULT_POLICY: str = "f1"
     DEFAULT_FALLBACK: str = "f1"

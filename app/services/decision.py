@@ -23,6 +23,7 @@ from typing import Any, Literal
 import anyio
 import anyio.to_thread
 
+from app.batching.pipeline import DecisionPipeline
 from app.domain.decision import DecisionConfig, decide, validate_snapshot
 from app.domain.errors import DomainError, UnknownHeuristicError
 from app.domain.heuristics import (
@@ -41,6 +42,7 @@ from app.domain.types import (
     PlacementStrategy,
     PolicyRef,
 )
+from app.policy.selector import DecisionRequest as PipelineRequest
 
 logger = logging.getLogger(__name__)
 
@@ -165,16 +167,28 @@ class DecisionService:
     interface the API and services rely on.
     """
 
-    def __init__(self, *, default_deadline_s: float, max_threads: int = 4) -> None:
+    def __init__(
+        self,
+        *,
+        default_deadline_s: float,
+        max_threads: int = 4,
+        pipeline: DecisionPipeline | None = None,
+    ) -> None:
         self.default_deadline_s = default_deadline_s
         self._limiter = anyio.CapacityLimiter(max_threads)
         self._observers: list[Callable[[DecisionOutcome], None]] = []
+        #: the decision pipeline (ONNX models, batching, Redis); None: heuristics in a thread
+        self.pipeline = pipeline
 
     async def start(self) -> None:
         """Load policies, connect transports. Heuristics need nothing."""
+        if self.pipeline is not None:
+            await self.pipeline.start()
 
     async def close(self) -> None:
         """Release what ``start`` acquired."""
+        if self.pipeline is not None:
+            await self.pipeline.close()
 
     def add_observer(self, observer: Callable[[DecisionOutcome], None]) -> None:
         """Called with every outcome (metrics)."""
@@ -183,7 +197,7 @@ class DecisionService:
     # -- catalogue -----------------------------------------------------------------------------
 
     def policies(self) -> list[PolicyInfo]:
-        return [
+        heuristics = [
             PolicyInfo(
                 name=name,
                 version=HEURISTIC_VERSION,
@@ -194,13 +208,35 @@ class DecisionService:
             )
             for name in HEURISTIC_CLASSES
         ]
+        if self.pipeline is None:
+            return heuristics
+        models = [
+            PolicyInfo(
+                name=e.name,
+                version=e.version,
+                kind="onnx",
+                domain=e.domain or "unknown",
+                loaded=e.loaded,
+                description=None if e.loaded else f"refused: {e.reason}: {e.message}",
+                sha256=e.sha256,
+                card=e.card,
+            )
+            for e in self.pipeline.registry.entries()
+        ]
+        return heuristics + models
 
     def get_policy(self, name: str) -> PolicyInfo | None:
         base, version = split_policy(name)
-        for info in self.policies():
-            if info.name == base and (version is None or version == info.version):
-                return info
-        return None
+        matches = [
+            info
+            for info in self.policies()
+            if info.name.lower() == base and (version is None or version == info.version)
+        ]
+        if version is None and self.pipeline is not None and matches:
+            entry = self.pipeline.registry.find(matches[0].name)  # newest loaded version
+            if entry is not None:
+                return next(i for i in matches if i.version == entry.version)
+        return matches[0] if matches else None
 
     def knows(self, name: str) -> bool:
         return self.get_policy(name) is not None
@@ -211,7 +247,9 @@ class DecisionService:
 
     def health(self) -> dict[str, Health]:
         """``queue`` and ``policies`` parts of ``/readyz``."""
-        return {"queue": "ok", "policies": "ok"}
+        if self.pipeline is None:
+            return {"queue": "ok", "policies": "ok"}
+        return {"queue": self.pipeline.queue_health(), "policies": "ok"}
 
     # -- deciding ------------------------------------------------------------------------------
 
@@ -253,12 +291,18 @@ class DecisionService:
             backfill=spec.backfill, placement=spec.placement, explain=spec.explain
         )
         deadline = self.default_deadline_s if deadline_s is None else deadline_s
-        decision, reason = await self._primary(state, spec.policy, config, deadline, request_id)
-        if decision is None:
-            decision = await self._fallback(state, spec.fallback, config, request_id)
-        shadow = None
-        if spec.shadow_policy is not None:
-            shadow = await self._shadow(state, spec.shadow_policy, config)
+        if self.pipeline is not None:
+            decision, reason, shadow = await self._via_pipeline(
+                state, spec, config, deadline, request_id
+            )
+        else:
+            primary, why = await self._primary(state, spec.policy, config, deadline, request_id)
+            if primary is None:
+                primary = await self._fallback(state, spec.fallback, config, request_id)
+            decision, reason = primary, None if why is None else str(why)
+            shadow = None
+            if spec.shadow_policy is not None:
+                shadow = await self._shadow(state, spec.shadow_policy, config)
         outcome = DecisionOutcome(
             decision=decision,
             policy=decision.policy,
@@ -270,6 +314,42 @@ class DecisionService:
         for observer in self._observers:
             observer(outcome)
         return outcome
+
+    async def _via_pipeline(
+        self,
+        state: ClusterState,
+        spec: DecisionSpec,
+        config: DecisionConfig,
+        deadline_s: float,
+        request_id: str,
+    ) -> tuple[Decision, str | None, ShadowOutcome | None]:
+        """The pipeline decides (ONNX or heuristic, batched, maybe on a worker; ADR 0042)."""
+        assert self.pipeline is not None
+        result = await self.pipeline.decide(
+            PipelineRequest(
+                request_id=request_id,
+                state=state,
+                config=config,
+                policy=spec.policy,
+                fallback=spec.fallback,
+                shadow=spec.shadow_policy,
+                deadline=time.time() + deadline_s,
+            )
+        )
+        reason: str | None = None if result.fallback_reason is None else str(result.fallback_reason)
+        decision: Decision | None = result.decision
+        if decision is None:
+            logger.error("request %s: %s: %s", request_id, result.error_type, result.error)
+            reason = str(FallbackReason.POLICY_ERROR)
+        elif check_decision(state, decision):
+            logger.error("request %s: %s broke invariants", request_id, decision.policy)
+            reason, decision = str(FallbackReason.INVALID_DECISION), None
+        if decision is None:
+            decision = await self._fallback(state, spec.fallback, config, request_id)
+        shadow = None
+        if result.shadow is not None and result.shadow.decision is not None:
+            shadow = ShadowOutcome(result.shadow.policy, result.shadow.decision.allocations)
+        return decision, reason, shadow
 
     async def _primary(
         self,
