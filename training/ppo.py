@@ -68,8 +68,6 @@ class Args:
     """SWF trace(s) to train on; episodes are drawn uniformly over all allowed starts"""
     episode_length: int = 256
     """jobs per training episode (RLScheduler: 256)"""
-    semantics: Literal["kairos", "rlscheduler"] = "kairos"
-    """simulator semantics"""
     backfill: Literal["easy", "none"] = "easy"
     """backfilling during training (the service's default is EASY)"""
     max_candidates: int = 128
@@ -130,6 +128,11 @@ class Args:
     """stop the update epochs when the approximate KL exceeds this (RLScheduler: 1.5 x 0.01)"""
     reward_scale: float = 0.01
     """multiplies the per-step reward (bsld magnitudes are 1..1000s)"""
+    value_warmup_updates: int = 3
+    """first updates train only the critic, so a warm-started actor is not moved by a
+    meaningless value baseline"""
+    init_checkpoint: str | None = None
+    """start from this checkpoint's weights (skips the warm start)"""
 
     # architecture
     actor_hidden: tuple[int, ...] = (32, 16, 8)
@@ -584,8 +587,10 @@ def ppo_update(
     optimizer: torch.optim.Optimizer,
     b: dict[str, torch.Tensor],
     gen: torch.Generator,
+    *,
+    critic_only: bool = False,
 ) -> dict[str, float]:
-    """cleanrl's PPO update over one flattened rollout ``b``."""
+    """cleanrl's PPO update over one flattened rollout ``b`` (``critic_only``: value loss only)."""
     clipfracs: list[float] = []
     stats: dict[str, float] = {}
     for _epoch in range(args.update_epochs):
@@ -614,7 +619,9 @@ def ppo_update(
             ).mean()
             v_loss = 0.5 * ((newvalue - b["returns"][mb]) ** 2).mean()
             entropy_loss = entropy.mean()
-            loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+            loss = v_loss * args.vf_coef
+            if not critic_only:
+                loss = loss + pg_loss - args.ent_coef * entropy_loss
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
@@ -626,7 +633,7 @@ def ppo_update(
                 "losses/old_approx_kl": old_approx_kl.item(),
                 "losses/approx_kl": approx_kl.item(),
             }
-        if args.target_kl > 0 and approx_kl.item() > args.target_kl:
+        if not critic_only and args.target_kl > 0 and approx_kl.item() > args.target_kl:
             break
     y_pred, y_true = b["values"].numpy(), b["returns"].numpy()
     var_y = float(np.var(y_true))
@@ -668,7 +675,12 @@ def train(args: Args) -> Path:  # noqa: C901 - cleanrl's loop, kept in one piece
     print(f"validation baselines (avg bsld): {validation.baselines}")
 
     summary: dict[str, Any] = {"validation_baselines": validation.baselines}
-    if args.bc_teacher != "none":
+    if args.init_checkpoint is not None:
+        initial, _ = load_checkpoint(Path(args.init_checkpoint))
+        agent.load_state_dict(initial.state_dict())
+        agent.train()
+        print(f"initialised from {args.init_checkpoint}")
+    elif args.bc_teacher != "none":
         summary["bc"] = behaviour_cloning(args, agent, envs, log)
         print(f"warm start: imitated {args.bc_teacher}: {summary['bc']}")
     best_bsld = validation.run(agent)
@@ -774,7 +786,8 @@ def train(args: Args) -> Path:  # noqa: C901 - cleanrl's loop, kept in one piece
             "returns": returns.reshape(-1),
             "values": values.reshape(-1),
         }
-        stats = ppo_update(args, agent, optimizer, flat, torch_gen)
+        critic_only = update <= args.value_warmup_updates
+        stats = ppo_update(args, agent, optimizer, flat, torch_gen, critic_only=critic_only)
         for name, value in stats.items():
             log(name, value, global_step)
         sps = global_step / max(1e-9, time.time() - ppo_start)
