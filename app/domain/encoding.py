@@ -98,6 +98,7 @@ EPS: Final = 1e-5
 ObsArray = npt.NDArray[np.float32]
 MaskArray = npt.NDArray[np.bool_]
 IndexArray = npt.NDArray[np.int64]
+FloatVec = npt.NDArray[np.float64]
 LogitsArray = npt.NDArray[np.float32]
 
 _LOG_WALLTIME_SCALE: Final = math.log1p(WALLTIME_SCALE_S)
@@ -158,12 +159,6 @@ def _aggregate_free(free: Mapping[str, Resources], names: Sequence[str]) -> list
     return totals
 
 
-def _clip01(value: float) -> float:
-    if not math.isfinite(value):
-        return 1.0 if value == math.inf else 0.0
-    return min(1.0, max(0.0, value))
-
-
 def select_window(view: StepView, max_candidates: int = DEFAULT_MAX_CANDIDATES) -> list[int]:
     """Indices (ascending, i.e. FCFS order) of the candidates the policy sees.
 
@@ -204,7 +199,20 @@ def select_window(view: StepView, max_candidates: int = DEFAULT_MAX_CANDIDATES) 
     return sorted(chosen)
 
 
+def _dominant_shares(demand: npt.NDArray[np.float64], available: Sequence[float]) -> FloatVec:
+    """Vectorised :func:`_dominant_share` over the rows of ``demand[N, R]``."""
+    if demand.shape[1] == 0:
+        return np.zeros(demand.shape[0])
+    have = np.asarray(available, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(demand > 0.0, demand / np.where(have > 0.0, have, 0.0), 0.0)
+    ratio = np.where((demand > 0.0) & ~(have > 0.0), np.inf, ratio)
+    return np.asarray(ratio.max(axis=1), dtype=np.float64)
+
+
 def _fill_rows(view: StepView, rows: Sequence[int], out: ObsArray) -> None:
+    if not rows:
+        return
     names = view.resource_names
     capacity = [float(view.schedulable_capacity.get(name, 0.0)) for name in names]
     free = _aggregate_free(view.free, names)
@@ -213,35 +221,39 @@ def _fill_rows(view: StepView, rows: Sequence[int], out: ObsArray) -> None:
         sum(min(f, c) / c for f, c in with_capacity) / len(with_capacity) if with_capacity else 0.0
     )
     reservation = view.reservation
-    horizon = 0.0 if reservation is None else (reservation.start_at - view.now) / WAIT_SCALE_S
-    context = (
-        1.0 if view.phase is Phase.BACKFILL else 0.0,
-        math.log1p(len(view.candidates)) / _LOG_QUEUE_SCALE,
-        free_fraction,
-        horizon,
-    )
-    for row, i in enumerate(rows):
-        job = view.candidates[i]
-        demand = _total_demand(job, names)
-        wait = max(0.0, view.now - job.submit_time)
-        walltime = max(0.0, job.walltime_s)
+    jobs = [view.candidates[i] for i in rows]
+    demand = np.array(
+        [[job.tasks * float(job.per_task.get(name, 0.0)) for name in names] for job in jobs],
+        dtype=np.float64,
+    ).reshape(len(jobs), len(names))
+    submit = np.array([job.submit_time for job in jobs], dtype=np.float64)
+    walltime = np.maximum(np.array([job.walltime_s for job in jobs], dtype=np.float64), 0.0)
+    priority = np.array([job.priority for job in jobs], dtype=np.float64)
+    fits = np.array([view.fits_now[i] for i in rows], dtype=np.bool_)
+    wait = np.maximum(view.now - submit, 0.0)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        out[:, 0] = wait / WAIT_SCALE_S
+        out[:, 1] = np.log1p(walltime) / _LOG_WALLTIME_SCALE
+        out[:, 2] = _dominant_shares(demand, capacity)
+        out[:, 3] = np.where(fits, 1.0 - EPS, EPS)
+        out[:, 4] = _dominant_shares(demand, free)
         if reservation is None:
-            no_delay = 1.0
+            out[:, 5] = 1.0
+            out[:, 6] = 0.0
+            out[:, 12] = 0.0
         else:
-            no_delay = 1.0 if view.now + walltime <= reservation.start_at else 0.0
-        values = (
-            wait / WAIT_SCALE_S,
-            math.log1p(walltime) / _LOG_WALLTIME_SCALE,
-            _dominant_share(demand, capacity),
-            1.0 - EPS if view.fits_now[i] else EPS,
-            _dominant_share(demand, free),
-            no_delay,
-            1.0 if reservation is not None and reservation.job_id == job.id else 0.0,
-            math.log1p(wait / max(walltime, SLOWDOWN_MIN_RUNTIME_S)) / _LOG_SLOWDOWN_SCALE,
-            0.5 + 0.5 * math.tanh(job.priority / PRIORITY_SCALE),
-            *context,
-        )
-        out[row, :] = [_clip01(v) for v in values]
+            out[:, 5] = view.now + walltime <= reservation.start_at
+            out[:, 6] = [1.0 if job.id == reservation.job_id else 0.0 for job in jobs]
+            out[:, 12] = (reservation.start_at - view.now) / WAIT_SCALE_S
+        slowdown = wait / np.maximum(walltime, SLOWDOWN_MIN_RUNTIME_S)
+        out[:, 7] = np.log1p(slowdown) / _LOG_SLOWDOWN_SCALE
+        out[:, 8] = 0.5 + 0.5 * np.tanh(priority / PRIORITY_SCALE)
+    out[:, 9] = 1.0 if view.phase is Phase.BACKFILL else 0.0
+    out[:, 10] = math.log1p(len(view.candidates)) / _LOG_QUEUE_SCALE
+    out[:, 11] = free_fraction
+    # +inf (demand on an absent resource, overflow) saturates at 1; NaN becomes 0
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=0.0)
+    np.clip(out, 0.0, 1.0, out=out)
 
 
 def encode_view(
@@ -258,7 +270,7 @@ def encode_view(
     obs = np.zeros((n, NUM_FEATURES), dtype=np.float32)
     mask = np.zeros(n, dtype=np.bool_)
     index = np.full(n, -1, dtype=np.int64)
-    _fill_rows(view, rows, obs)
+    _fill_rows(view, rows, obs[: len(rows)])
     for row, i in enumerate(rows):
         mask[row] = bool(view.mask[i])
         index[row] = i
