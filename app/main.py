@@ -25,6 +25,7 @@ from app.db.session import Database
 from app.observability import Metrics
 from app.services.decision import DecisionService
 from app.settings import Settings, get_settings
+from app.ui import router as ui_router
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health_router)
     app.include_router(api_router)
+    app.include_router(ui_router)
     install_docs(app)
     app.add_middleware(IdempotencyMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.MAX_BODY_BYTES)

@@ -1,0 +1,248 @@
+"""Dashboard routes under ``/ui`` (HTML; not part of the OpenAPI document)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from app.api.deps import tenant_for_key
+from app.db.session import Database
+from app.schemas.cluster import ClusterRead
+from app.schemas.decision import DecisionRead
+from app.services import clusters as cluster_service
+from app.services import decisions as decision_service
+from app.services import jobs as job_service
+from app.services import nodes as node_service
+from app.services import policies as policy_service
+from app.services.context import Ctx
+from app.services.decision import DecisionService
+from app.services.errors import ServiceError
+from app.ui import views
+from app.ui.auth import (
+    COOKIE,
+    COOKIE_PATH,
+    LoginRequired,
+    auth_enabled,
+    is_safe_next,
+    resolve_ui_tenant,
+    url_without_key,
+)
+from app.ui.settings import UISettings, get_ui_settings
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+STATIC_DIR = PACKAGE_DIR / "static"
+STATIC_FILES = frozenset({"dashboard.css"})
+MAX_CLUSTERS = 200
+MAX_NODES = 500
+BAD_KEY = "That key is not valid."
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+@lru_cache
+def templates() -> Jinja2Templates:
+    env = Jinja2Templates(directory=str(PACKAGE_DIR / "templates"))
+    env.env.filters["ts"] = views.format_time
+    env.env.filters["amount"] = views.format_amount
+    env.env.filters["resources"] = views.format_resources
+    return env
+
+
+def _render(
+    request: Request, name: str, context: dict[str, Any], status_code: int = 200
+) -> HTMLResponse:
+    base = {"auth_enabled": auth_enabled(request), "refresh": _refresh(request)}
+    response = templates().TemplateResponse(
+        request, name, {**base, **context}, status_code=status_code
+    )
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _refresh(request: Request) -> int | None:
+    raw = request.query_params.get("refresh", "")
+    return min(max(int(raw), 2), 3600) if raw.isdigit() and int(raw) > 0 else None
+
+
+def _enter(request: Request) -> str | Response:
+    """The caller's tenant, or the response that gets them one (login form / cookie redirect)."""
+    try:
+        tenant = resolve_ui_tenant(request)
+    except LoginRequired as exc:
+        target = url_without_key(request)
+        if exc.bad_key:
+            return _render(request, "login.html", {"next": target, "error": BAD_KEY}, 401)
+        return RedirectResponse(f"/ui/login?next={target}", status_code=303)
+    if "key" in request.query_params:
+        response = RedirectResponse(url_without_key(request), status_code=303)
+        _set_key_cookie(response, request.query_params["key"])
+        return response
+    return tenant
+
+
+def _set_key_cookie(response: Response, key: str) -> None:
+    response.set_cookie(
+        COOKIE, key, path=COOKIE_PATH, httponly=True, samesite="strict", max_age=12 * 3600
+    )
+
+
+def _database(request: Request) -> Database:
+    database: Database = request.app.state.database
+    return database
+
+
+def _decision_service(request: Request) -> DecisionService:
+    service: DecisionService = request.app.state.decisions
+    return service
+
+
+def _error(request: Request, exc: ServiceError) -> HTMLResponse:
+    return _render(
+        request,
+        "error.html",
+        {"status": exc.status_code, "message": exc.message},
+        status_code=exc.status_code,
+    )
+
+
+def _cluster_view(cluster: ClusterRead) -> dict[str, Any]:
+    return {
+        "cluster": cluster,
+        "usage": views.usage(cluster.capacity, cluster.allocated, cluster.resources),
+    }
+
+
+UISettingsDep = Annotated[UISettings, Depends(get_ui_settings)]
+
+
+@router.get("", response_class=HTMLResponse)
+@router.get("/", response_class=HTMLResponse)
+async def overview(request: Request, ui: UISettingsDep) -> Response:
+    """Clusters with utilisation, shadow agreement, policies, evaluation plots."""
+    entered = _enter(request)
+    if isinstance(entered, Response):
+        return entered
+    async with _database(request).transaction(write=False) as session:
+        ctx = Ctx(session=session, tenant=entered)
+        page = await cluster_service.list_clusters(ctx, limit=MAX_CLUSTERS, cursor=None)
+        shadows: dict[str, list[views.ShadowAgreement]] = {}
+        for cluster in page.items:
+            if cluster.shadow_policy:
+                recent = await decision_service.list_decisions(
+                    ctx, cluster.id, limit=ui.UI_ROWS, cursor=None
+                )
+                shadows[cluster.id] = views.shadow_agreement(recent.items)
+    reports_dir = Path(ui.REPORTS_DIR)
+    return _render(
+        request,
+        "overview.html",
+        {
+            "tenant": entered,
+            "clusters": [_cluster_view(c) for c in page.items],
+            "more_clusters": page.next_cursor is not None,
+            "shadows": shadows,
+            "policies": policy_service.list_policies(_decision_service(request)),
+            "reports": views.report_files(reports_dir),
+            "reports_dir": str(reports_dir),
+        },
+    )
+
+
+@router.get("/clusters/{cluster_id}", response_class=HTMLResponse)
+async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> Response:
+    """One cluster: nodes with utilisation, the queue, running jobs, recent decisions."""
+    entered = _enter(request)
+    if isinstance(entered, Response):
+        return entered
+    try:
+        async with _database(request).transaction(write=False) as session:
+            ctx = Ctx(session=session, tenant=entered)
+            cluster = await cluster_service.get_cluster(ctx, cluster_id)
+            nodes = await node_service.list_nodes(ctx, cluster_id, limit=MAX_NODES, cursor=None)
+            pending = await job_service.list_jobs(
+                ctx, cluster_id, state="pending", limit=ui.UI_ROWS, cursor=None
+            )
+            running = await job_service.list_jobs(
+                ctx, cluster_id, state="running", limit=ui.UI_ROWS, cursor=None
+            )
+            decisions = await decision_service.list_decisions(
+                ctx, cluster_id, limit=ui.UI_ROWS, cursor=None
+            )
+    except ServiceError as exc:
+        return _error(request, exc)
+    return _render(
+        request,
+        "cluster.html",
+        {
+            "tenant": entered,
+            **_cluster_view(cluster),
+            "nodes": [
+                {"node": n, "usage": views.usage(n.capacity, n.allocated, cluster.resources)}
+                for n in nodes.items
+            ],
+            "more_nodes": nodes.next_cursor is not None,
+            "pending": pending.items,
+            "running": running.items,
+            "decisions": [_decision_row(d) for d in decisions.items],
+            "shadow": views.shadow_agreement(decisions.items),
+            "rows": ui.UI_ROWS,
+        },
+    )
+
+
+def _decision_row(decision: DecisionRead) -> dict[str, Any]:
+    shadow_match: float | None = None
+    if decision.shadow is not None:
+        (agreement,) = views.shadow_agreement([decision])
+        shadow_match = agreement.mean_jaccard
+    return {"d": decision, "shadow_match": shadow_match}
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request, next: str = "/ui") -> Response:
+    return _render(request, "login.html", {"next": next if is_safe_next(next) else "/ui"})
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(
+    request: Request,
+    key: Annotated[str, Form(max_length=512)],
+    next: Annotated[str, Form(max_length=2048)] = "/ui",
+) -> Response:
+    target = next if is_safe_next(next) else "/ui"
+    keys = request.app.state.api_keys
+    if keys and tenant_for_key(keys, key.strip()) is None:
+        return _render(request, "login.html", {"next": target, "error": BAD_KEY}, 401)
+    response = RedirectResponse(target, status_code=303)
+    _set_key_cookie(response, key.strip())
+    return response
+
+
+@router.post("/logout")
+async def logout() -> Response:
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(COOKIE, path=COOKIE_PATH)
+    return response
+
+
+@router.get("/static/{name}")
+async def static_file(name: str) -> Response:
+    if name not in STATIC_FILES:
+        return Response(status_code=404)
+    return FileResponse(STATIC_DIR / name, headers={"Cache-Control": "public, max-age=3600"})
+
+
+@router.get("/reports/{relative:path}")
+async def report_file(request: Request, relative: str, ui: UISettingsDep) -> Response:
+    entered = _enter(request)
+    if isinstance(entered, Response):
+        return entered
+    path = views.safe_report_path(Path(ui.REPORTS_DIR), relative)
+    if path is None:
+        return Response(status_code=404)
+    return FileResponse(path)
