@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints
 from pydantic.config import JsonDict
 
-from app.schemas.common import Id, Labels, ReadSchema, ResourceName, Resources, Schema
+from app.schemas.common import Id, Labels, Name, ReadSchema, ResourceName, Resources, Schema
 
 #: ``"<policy name>[@version]"``.
 PolicyName = Annotated[
@@ -30,7 +30,7 @@ CLUSTER_EXAMPLE: JsonDict = {
 class ClusterUpsert(Schema):
     model_config = ConfigDict(json_schema_extra={"examples": [CLUSTER_EXAMPLE]})
 
-    name: Annotated[str, StringConstraints(max_length=256)] | None = None
+    name: Name | None = None
     resources: Annotated[list[ResourceName], Field(min_length=1, max_length=64)]
     policy: PolicyName | None = None
     fallback: PolicyName | None = None

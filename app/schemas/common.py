@@ -18,14 +18,22 @@ LABEL_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,252}$"
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 ResourceName = Annotated[str, StringConstraints(pattern=RESOURCE_PATTERN)]
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
-LabelValue = Annotated[str, StringConstraints(max_length=1024)]
+#: Free text: no NUL characters (PostgreSQL cannot store them).
+NO_NUL_PATTERN = r"^[^\x00]*$"
+LabelValue = Annotated[str, StringConstraints(max_length=1024, pattern=NO_NUL_PATTERN)]
+Name = Annotated[str, StringConstraints(max_length=256, pattern=NO_NUL_PATTERN)]
+ShortText = Annotated[str, StringConstraints(max_length=128, pattern=NO_NUL_PATTERN)]
 Labels = dict[LabelKey, LabelValue]
 
 
 #: A finite, non-negative amount of one resource.
-Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: Bounded so sums over a cluster stay finite.
+Amount = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False)]
 #: Seconds since the Unix epoch.
-EpochSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+#: Seconds since the Unix epoch (bounded: start + walltime must stay a finite JSON number).
+EpochSeconds = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
+#: A requested run time: positive, at most ~317 years.
+Duration = Annotated[float, Field(gt=0, le=1e10, allow_inf_nan=False)]
 Resources = dict[ResourceName, Amount]
 
 #: ``limit`` query parameter bounds.

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints
+from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
-from app.schemas.common import EpochSeconds, Id, Labels, ReadSchema, Resources, Schema
+from app.schemas.common import (
+    Duration,
+    EpochSeconds,
+    Id,
+    Labels,
+    ReadSchema,
+    Resources,
+    Schema,
+    ShortText,
+)
 
 JobStateName = Literal["pending", "running", "finished", "failed", "cancelled"]
 JobEventType = Literal["finished", "failed", "released", "cancelled"]
@@ -31,11 +40,11 @@ class JobSpec(Schema):
     id: Id
     tasks: Annotated[int, Field(ge=1, le=1_000_000)] = 1
     per_task: Resources
-    walltime_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    walltime_s: Duration
     submit_time: EpochSeconds | None = None
     priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = 0
-    user: Annotated[str, StringConstraints(max_length=128)] | None = None
-    queue: Annotated[str, StringConstraints(max_length=128)] | None = None
+    user: ShortText | None = None
+    queue: ShortText | None = None
     depends_on: Annotated[list[Id], Field(max_length=1024)] = Field(default_factory=list)
     labels: Labels = Field(default_factory=dict)
 

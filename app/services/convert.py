@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +34,23 @@ def epoch(ts: datetime) -> float:
 def canonical_hash(payload: Any) -> str:
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` as strict JSON: non-finite floats become ``None``, tuples lists, keys strings.
+
+    Decision explanations come from the core as plain objects; PostgreSQL's ``json`` and HTTP
+    responses both refuse ``NaN``/``Infinity``.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [finite_json(v) for v in value]
+    if value is None or isinstance(value, str | int | bool):
+        return value
+    return str(value)
 
 
 def clean(r: Mapping[str, float]) -> dict[str, float]:

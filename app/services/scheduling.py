@@ -15,6 +15,7 @@ cluster never see the same pending job or the same free capacity.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +44,7 @@ from app.services.convert import (
     add,
     clean,
     decision_read,
+    finite_json,
     job_from_spec,
     node_from_record,
     placement_demand,
@@ -141,11 +143,15 @@ def decision_record(
         if outcome.shadow is None
         else allocations_json(outcome.shadow.allocations),
         allocations=allocations_json(d.allocations),
-        reservations=[{"job_id": r.job_id, "start_at": r.start_at} for r in d.reservations],
+        reservations=[
+            {"job_id": r.job_id, "start_at": r.start_at}
+            for r in d.reservations
+            if math.isfinite(r.start_at)
+        ],
         queue_length=d.queue_length,
         latency_ms=outcome.latency_ms,
         dry_run=dry_run,
-        explain=dict(d.explain) if spec.explain else None,
+        explain=finite_json(dict(d.explain)) if spec.explain else None,
         input_snapshot=snapshot_json(state, spec),
     )
 

@@ -46,6 +46,19 @@ class TestErrors:
         _is_error(r, 422)
         assert r.json()["error"]["details"][0]["field"] == "body.colour"
 
+    async def test_nul_characters_and_huge_numbers_are_422(
+        self, client: httpx.AsyncClient, cid: str
+    ) -> None:
+        r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(name="a\u0000b"))
+        _is_error(r, 422)
+        r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(labels={"k": "\u0000"}))
+        _is_error(r, 422)
+        await make_cluster(client, cid, nodes=1)
+        r = await client.post(f"/v1/clusters/{cid}/jobs", json=job_spec("j", walltime_s=1e300))
+        _is_error(r, 422)
+        r = await client.post(f"/v1/clusters/{cid}/schedule", json={"now": 1e300})
+        _is_error(r, 422)
+
 
 class TestBodyLimit:
     async def test_declared_length_over_limit(self, client: httpx.AsyncClient, cid: str) -> None:
