@@ -5,11 +5,10 @@ Order (outermost first): metrics -> body limit -> idempotency -> FastAPI.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 from starlette.requests import Request
@@ -17,11 +16,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.deps import resolve_tenant
 from app.api.errors import error_body
-from app.db.orm import IdempotencyKeyRecord
-from app.db.repositories.idempotency_repository import IdempotencyRepository
 from app.db.session import Database
 from app.observability import Metrics
+from app.services import idempotency
 from app.services.errors import ServiceError
+from app.services.idempotency import StoredResponse
 
 logger = logging.getLogger(__name__)
 
@@ -207,18 +206,15 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, send)  # the route answers 401
             return
         body: bytes = scope.get("state", {}).get("raw_body", b"")
-        digest = hashlib.sha256(
-            b"\n".join([scope["method"].encode(), scope["path"].encode(), body])
-        ).hexdigest()
+        digest = idempotency.request_hash(scope["method"], scope["path"], body)
         database: Database = request.app.state.database
-        async with database.transaction(write=False) as session:
-            stored = await IdempotencyRepository(session).get(tenant, key)
+        stored = await idempotency.find(database, tenant, key)
         if stored is not None:
             await self._answer_stored(send, stored, digest)
             return
         await self._run_and_store(scope, receive, send, database, tenant, key, digest)
 
-    async def _answer_stored(self, send: Send, stored: IdempotencyKeyRecord, digest: str) -> None:
+    async def _answer_stored(self, send: Send, stored: StoredResponse, digest: str) -> None:
         if stored.request_hash != digest:
             await _send_json(
                 send,
@@ -236,7 +232,7 @@ class IdempotencyMiddleware:
                 ),
             )
             return
-        body = stored.response_body.encode()
+        body = stored.body
         await send(
             {
                 "type": "http.response.start",
@@ -273,22 +269,24 @@ class IdempotencyMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_wrapper)
-        status = captured["status"]
-        if status >= 500 or status in (401, 429):
+        if not idempotency.should_store(captured["status"]):
             return
-        record = IdempotencyKeyRecord(
-            tenant=tenant,
-            key=key,
-            method=scope["method"],
-            path=scope["path"],
+        response = StoredResponse(
             request_hash=digest,
-            status_code=status,
-            response_body=b"".join(captured["body"]).decode("utf-8", errors="replace"),
-            content_type=captured["content_type"] or "application/json",
+            status_code=captured["status"],
+            content_type=captured["content_type"],
+            body=b"".join(captured["body"]),
         )
         try:
-            async with database.transaction(write=True) as session:
-                await IdempotencyRepository(session).add(record)
+            await idempotency.store(
+                database,
+                tenant=tenant,
+                key=key,
+                method=scope["method"],
+                path=scope["path"],
+                digest=digest,
+                response=response,
+            )
         except Exception:  # the response is already sent; a lost record only weakens replay
             logger.exception("could not store idempotency key %r", key)
 
@@ -299,6 +297,3 @@ def _bearer_token(scope: Scope) -> str | None:
         return None
     scheme, _, token = raw.decode("latin-1").partition(" ")
     return token.strip() or None if scheme.lower() == "bearer" else None
-
-
-Middleware = Callable[[Scope, Receive, Send], Awaitable[None]]
