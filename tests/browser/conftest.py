@@ -1,0 +1,157 @@
+"""Headless Chromium (Debian's ``/usr/bin/chromium``) driven by Playwright for Python, against a
+``kairos serve`` subprocess on a free port (embedded SQLite, so no other backend is needed).
+
+Playwright's own browser download is never used (no ``playwright install``): the system
+Chromium is launched with a fresh profile directory per test. ``make browser-deps`` installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = Path(os.environ.get("KAIROS_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    log: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _kairos_command() -> list[str]:
+    script = Path(sys.executable).with_name("kairos")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "kairos"]
+
+
+def _serve(workdir: Path, extra_env: dict[str, str]) -> Iterator[Server]:
+    port = _free_port()
+    log_path = workdir / "serve.log"
+    env = {
+        **os.environ,
+        "KAIROS_DATABASE_URL": f"sqlite:///{workdir / 'kairos.db'}",
+        "KAIROS_LOG_LEVEL": "warning",
+        **extra_env,
+    }
+    for name in ("KAIROS_REDIS_URL", "KAIROS_API_KEYS"):
+        if name not in extra_env:
+            env.pop(name, None)
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*_kairos_command(), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"kairos serve exited {process.returncode}:\n{log_path.read_text()}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"kairos serve did not start:\n{log_path.read_text()}")
+            time.sleep(0.2)
+        yield Server(url=url, log=log_path)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="session")
+def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny evaluation report: one SVG plot the dashboard should show."""
+    root = tmp_path_factory.mktemp("results")
+    (root / "bounded_slowdown.svg").write_text(
+        '<svg xmlns="http://www.w3.org/2000/svg" width="320" height="160">'
+        '<rect x="20" y="60" width="60" height="90" fill="#3456d1"/>'
+        '<rect x="120" y="30" width="60" height="120" fill="#d68a00"/>'
+        '<rect x="220" y="90" width="60" height="60" fill="#1f9d55"/>'
+        '<text x="20" y="20">bounded slowdown by policy</text></svg>'
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, report_dir: Path) -> Iterator[Server]:
+    """Auth off (the embedded default)."""
+    yield from _serve(tmp_path_factory.mktemp("serve"), {"KAIROS_REPORTS_DIR": str(report_dir)})
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from _serve(tmp_path_factory.mktemp("serve-keys"), {"KAIROS_API_KEYS": "acme:sk-acme-ui"})
+
+
+@pytest.fixture(scope="session")
+def playwright_api():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (make browser-deps installs Debian's chromium)")
+    with sync_api.sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture
+def page(playwright_api, tmp_path: Path):
+    """A page in a fresh Chromium profile; every request it makes is recorded."""
+    context = playwright_api.chromium.launch_persistent_context(
+        str(tmp_path / "profile"),
+        executable_path=str(CHROMIUM),
+        headless=True,
+        args=CHROMIUM_ARGS,
+        viewport={"width": 1400, "height": 1000},
+    )
+    try:
+        page = context.pages[0] if context.pages else context.new_page()
+        page.set_default_timeout(20_000)
+        requested: list[str] = []
+        page.on("request", lambda request: requested.append(request.url))
+        page.requested = requested  # type: ignore[attr-defined]
+        yield page
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
