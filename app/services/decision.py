@@ -238,6 +238,19 @@ class DecisionService:
                 return next(i for i in matches if i.version == entry.version)
         return matches[0] if matches else None
 
+    async def install_policy(self, model: bytes, card: bytes) -> PolicyInfo:
+        """Validate and store an uploaded ONNX model (``POST /v1/policies``).
+
+        Raises ``app.policy.onnx_policy.PolicyRefusedError`` (with its reason) or
+        ``app.policy.registry.ModelExistsError``; ``RuntimeError`` without a pipeline.
+        """
+        if self.pipeline is None:
+            raise RuntimeError("this service has no model registry")
+        entry = await anyio.to_thread.run_sync(self.pipeline.registry.install, model, card)
+        info = self.get_policy(f"{entry.name}@{entry.version}")
+        assert info is not None
+        return info
+
     def knows(self, name: str) -> bool:
         return self.get_policy(name) is not None
 

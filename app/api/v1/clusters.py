@@ -23,6 +23,7 @@ from app.schemas.cluster import (
 from app.schemas.common import DEFAULT_PAGE_LIMIT, Page, example
 from app.services import clusters as cluster_service
 from app.services import nodes as node_service
+from app.services import shadow as shadow_service
 
 router = APIRouter(prefix="/clusters", tags=["clusters"], responses=ERROR_RESPONSES)
 nodes_router = APIRouter(
@@ -85,6 +86,19 @@ async def list_clusters(
     ctx: CtxDep, limit: Limit = DEFAULT_PAGE_LIMIT, cursor: Cursor = None
 ) -> Page[ClusterRead]:
     return await cluster_service.list_clusters(ctx, limit=limit, cursor=cursor)
+
+
+@router.get(
+    "/{cluster_id}/shadow-report",
+    response_model=shadow_service.ShadowReport,
+    summary="Shadow-mode report",
+    description=(
+        "How often the shadow policy's choice (computed and stored beside every decision, never "
+        "applied) agreed with the served one: same set of jobs started."
+    ),
+)
+async def get_shadow_report(cluster_id: ClusterId, ctx: CtxDep) -> shadow_service.ShadowReport:
+    return await shadow_service.shadow_report(ctx, cluster_id)
 
 
 @router.delete(

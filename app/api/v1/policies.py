@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, File, Path, UploadFile
 
 from app.api.deps import DecisionServiceDep
 from app.api.errors import ERROR_RESPONSES
@@ -41,3 +41,24 @@ async def list_policies(decisions: DecisionServiceDep) -> list[PolicyRead]:
 )
 async def get_policy(name: PolicyName, decisions: DecisionServiceDep) -> PolicyRead:
     return policy_service.get_policy(decisions, name)
+
+
+@router.post(
+    "",
+    response_model=PolicyRead,
+    status_code=201,
+    summary="Upload an ONNX policy",
+    description=(
+        "Multipart: `model` (the .onnx file) and `card` (card.json). The model is validated like "
+        "at startup (CPU provider, `obs`/`action_mask` -> `logits` signature, feature-schema "
+        "version, finite probe) and refused with 422 whose error code is the reason "
+        "(`corrupt_model`, `signature_mismatch`, `schema_version_mismatch`, `non_finite_probe`, "
+        "...). Name and version come from the card; an existing name@version is a 409."
+    ),
+)
+async def upload_policy(
+    model: Annotated[UploadFile, File(description="policy.onnx")],
+    card: Annotated[UploadFile, File(description="card.json")],
+    decisions: DecisionServiceDep,
+) -> PolicyRead:
+    return await policy_service.upload_policy(decisions, await model.read(), await card.read())
