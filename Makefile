@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 
-.PHONY: run test lint typecheck unit bench install install-dev clean
+.PHONY: run test lint typecheck typecheck-sdk-pyright browser-deps unit bench install install-dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,9 +34,22 @@ lint: $(VENV)/.installed-dev
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
+	cd clients/python && ../../$(BIN)/mypy
+
+## make typecheck-sdk-pyright: pyright --strict on the SDK (needs node; pyright fetches its npm package once)
+typecheck-sdk-pyright: $(VENV)/.installed-dev
+	cd clients/python && ../../$(BIN)/pyright --pythonpath ../../$(BIN)/python
+
+## make browser-deps: Debian's chromium for tests/browser (Playwright drives it; apt-get only when missing)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	fi
 
 ## make test: lint, type-check and the whole suite (needs PostgreSQL and Redis on loopback)
-test: lint typecheck
+test: lint typecheck browser-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## make bench: speed and memory benchmarks, ratios against a baseline measured in the same run
