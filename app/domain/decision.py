@@ -165,6 +165,8 @@ def _validate_running(state: ClusterState, nodes: Mapping[str, Node], seen: set[
             raise SnapshotError(f"running[{i}].job.id", f"duplicate job id {job.id!r}")
         seen.add(job.id)
         _check_vector(job.per_task, f"running[{i}].job.per_task")
+        if not (math.isfinite(rj.start_time) and math.isfinite(job.walltime_s)):
+            raise SnapshotError(f"running[{i}]", "start_time and walltime_s must be finite")
         total_tasks = 0
         for p in rj.placements:
             if p.node_id not in nodes:
@@ -447,22 +449,27 @@ class DecisionRun:
             self._stopped = True
 
     def _earliest(self, info: _Info) -> tuple[float, FloatArray] | None:
-        """Earliest start of ``info`` and the free matrix then (all releases up to that time)."""
+        """Earliest start ``t >= now`` of ``info`` and the free matrix at ``t``.
+
+        The matrix holds every release with requested end ``<= t`` (overdue jobs, whose requested
+        end is already past, count as released at ``now``), so it is exactly what a recomputation
+        from the final allocations sees at ``t``; ties in end time release together.
+        """
         free = self._free.copy()
-        if self._feasible_on(free, info):
-            return self.now, free
         releases = sorted(self._releases, key=_Release.sort_key)
-        i = 0
-        while i < len(releases):
-            t = _end_key(releases[i].end)
-            while i < len(releases) and _end_key(releases[i].end) == t:
+        i, n = 0, len(releases)
+        t = self.now
+        while True:
+            while i < n and _end_key(releases[i].end) <= t:
                 rel = releases[i]
                 for row, amount in zip(rel.rows, rel.amounts, strict=True):
                     free[row] += amount
                 i += 1
             if self._feasible_on(free, info):
-                return max(t, self.now), free
-        return None
+                return t, free
+            if i >= n or math.isinf(_end_key(releases[i].end)):
+                return None
+            t = _end_key(releases[i].end)
 
     def _backfill_rows(self, info: _Info) -> RowPlacement | None:
         """Placement now if ``info`` may backfill without delaying the reservation, else None."""
@@ -526,30 +533,49 @@ class DecisionRun:
         return [i.job for i in self._infos if i.job.id not in self._excluded]
 
     def run_order(self, order: Iterable[Job]) -> None:
-        """Walk ``order`` once (the :class:`OrderingPolicy` path).
+        """Drive the round with a fixed order (the :class:`OrderingPolicy` path).
 
-        Unknown or repeated jobs are skipped.
-
-        Exact: free resources only shrink within a round, so a job refused once stays refused.
+        Equivalent to a stepping policy that always picks the first allowed candidate in
+        ``order``, without rebuilding the mask at every step: free resources only shrink within
+        a round, so a job that does not fit now never will; the only jobs that may become
+        allowed later are those that fit but would delay the reservation (another placement
+        may suit the reservation once other jobs have taken some nodes), and they are retried,
+        in order, after every backfill.  Unknown or repeated jobs are skipped.
         """
-        by_id, excluded, allocated = self._by_id, self._excluded, self._allocated
+        by_id, excluded = self._by_id, self._excluded
         explain = self.config.explain
+        deferred: list[_Info] = []
+        seen: set[str] = set()
         for job in order:
             if self._stopped:
                 break
             info = by_id.get(job.id)
-            if info is None or job.id in excluded or job.id in allocated:
+            if info is None or job.id in excluded or job.id in seen:
                 continue
-            if info is self._reserved:
-                continue
+            seen.add(job.id)
             if explain:
                 self._picks.append(job.id)
             if self._phase == Phase.HEAD:
                 self._head(info)
-            else:
-                self._backfill(info)
+            elif self._backfill(info):
+                self._retry(deferred)
+            elif self._place_now(info) is not None:
+                deferred.append(info)
         self._stopped = True
         self._step = None
+
+    def _retry(self, deferred: list[_Info]) -> None:
+        """After a backfill: start the first deferred job that is now allowed, repeatedly."""
+        i = 0
+        while i < len(deferred) and not self._stopped:
+            info = deferred[i]
+            if self._place_now(info) is None:
+                del deferred[i]  # will never fit again in this round
+            elif self._backfill(info):
+                del deferred[i]
+                i = 0  # resources changed: earlier deferred jobs come first
+            else:
+                i += 1
 
     # ------------------------------------------------------------------ stepping interface
 
