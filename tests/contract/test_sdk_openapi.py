@@ -54,6 +54,7 @@ SAMPLE_CALLS: dict[str, Callable[[Client], object]] = {
     "clusters.retrieve": lambda c: c.clusters.retrieve("c1"),
     "clusters.list": lambda c: c.clusters.list(limit=5),
     "clusters.delete": lambda c: c.clusters.delete("c1"),
+    "clusters.shadow_report": lambda c: c.clusters.shadow_report("c1"),
     "clusters.schedule": lambda c: c.clusters.schedule(
         "c1", dry_run=True, now=1.0, policy="f1", explain=True, deadline_ms=10.0
     ),

@@ -164,6 +164,9 @@ class TestQuickStart:
             assert cluster.allocated["gpu"] == 2
             assert cluster.free["cpu"] == 64 - 16
 
+            report = client.clusters.shadow_report(cid)
+            assert (report.decisions, report.shadow_policy) == (1, None)
+
             logged = client.decisions.retrieve(decision.id)
             assert logged.id == decision.id
             assert logged.input
@@ -296,6 +299,12 @@ class TestErrors:
             client.jobs.submit(cid, id="bad", per_task={"cpu": 1}, walltime_s=-5)
         assert info.value.status_code == 422
         assert any("walltime_s" in str(d) for d in info.value.details), info.value.details
+
+    def test_422_refused_policy_upload(self, client: Client):
+        with pytest.raises(ValidationError) as info:
+            client.policies.upload(b"this is not an ONNX model", {"name": "bogus"})
+        assert info.value.status_code == 422
+        assert info.value.message
 
     def test_413_payload_too_large_error(self, client: Client, cid: str):
         client.clusters.upsert(cid, resources=["cpu"])

@@ -206,6 +206,31 @@ class TestBodies:
         assert b'{"name": "ppo"}' in request.content
         assert "Idempotency-Key" in request.headers
 
+    def test_shadow_report(self, client: Client, script: Script):
+        report = {
+            "cluster_id": "c1",
+            "shadow_policy": "ppo@1",
+            "decisions": 4,
+            "compared": 4,
+            "agreed": 3,
+            "agreement_rate": 0.75,
+            "policies": [
+                {
+                    "shadow_policy": "ppo@1",
+                    "compared": 4,
+                    "agreed": 3,
+                    "agreement_rate": 0.75,
+                    "jobs_primary_only": 1,
+                    "jobs_shadow_only": 0,
+                }
+            ],
+        }
+        script.add(httpx.Response(200, json=report))
+        got = client.clusters.shadow_report("c1")
+        assert script.requests[0].url.path == "/v1/clusters/c1/shadow-report"
+        assert got.agreement_rate == 0.75
+        assert got.policies[0].jobs_primary_only == 1
+
     def test_health(self, client: Client, script: Script):
         script.add(httpx.Response(200, json={"database": "ok", "queue": "ok", "policies": "ok"}))
         assert client.health()["database"] == "ok"

@@ -44,6 +44,7 @@ from kairos_client.types import (
     Policy,
     PolicyRef,
     Reservation,
+    ShadowReport,
 )
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "RequestOptions",
     "Reservation",
     "ServiceUnavailableError",
+    "ShadowReport",
     "SyncCursorPage",
     "Timeout",
     "UnprocessableEntityError",

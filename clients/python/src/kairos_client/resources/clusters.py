@@ -10,6 +10,7 @@ from kairos_client._resource import AsyncAPIResource, SyncAPIResource, path
 from kairos_client._types import NOT_GIVEN, NotGiven, Timeout, strip_not_given
 from kairos_client.types.cluster import Cluster
 from kairos_client.types.decision import Decision
+from kairos_client.types.shadow import ShadowReport
 
 __all__ = ["AsyncClusters", "Clusters"]
 
@@ -123,6 +124,15 @@ class Clusters(SyncAPIResource):
             Cluster, "/v1/clusters", params=list_params(limit), timeout=timeout
         )
 
+    def shadow_report(
+        self, cluster_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN
+    ) -> ShadowReport:
+        """How often the cluster's shadow policy agreed with the deciding one (same jobs)."""
+        options = RequestOptions(
+            "GET", path("/v1/clusters/{}/shadow-report", cluster_id), timeout=timeout
+        )
+        return self._client.parse_model(ShadowReport, self._client.request(options))
+
     def delete(self, cluster_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> None:
         """Delete the cluster with its nodes and jobs."""
         self._client.request(
@@ -205,6 +215,15 @@ class AsyncClusters(AsyncAPIResource):
                 Cluster, "/v1/clusters", params=list_params(limit), timeout=timeout
             )
         )
+
+    async def shadow_report(
+        self, cluster_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN
+    ) -> ShadowReport:
+        """How often the cluster's shadow policy agreed with the deciding one (same jobs)."""
+        options = RequestOptions(
+            "GET", path("/v1/clusters/{}/shadow-report", cluster_id), timeout=timeout
+        )
+        return self._client.parse_model(ShadowReport, await self._client.request(options))
 
     async def delete(self, cluster_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> None:
         """Delete the cluster with its nodes and jobs."""

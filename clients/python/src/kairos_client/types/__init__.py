@@ -20,6 +20,7 @@ from kairos_client.types.params import (
     SnapshotNodeParam,
 )
 from kairos_client.types.policy import Policy
+from kairos_client.types.shadow import ShadowPolicyStats, ShadowReport
 from kairos_client.types.shared import Placement
 
 __all__ = [
@@ -41,5 +42,7 @@ __all__ = [
     "Reservation",
     "RunningJobParam",
     "Shadow",
+    "ShadowPolicyStats",
+    "ShadowReport",
     "SnapshotNodeParam",
 ]
