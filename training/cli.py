@@ -10,18 +10,14 @@ the evaluation table of the paper's protocol (``training/evaluate.py``) in the c
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import tyro
 
-from training.evaluate import evaluate, heuristic_picker, markdown, onnx_picker
-from training.export_onnx import card_fields_from_meta, write_policy
-from training.hpc_env import HEURISTIC_NAMES
-from training.ppo import Args, load_checkpoint, train
+from training.export_onnx import export_policy
+from training.ppo import Args, train
 
 
 @dataclass
@@ -38,32 +34,6 @@ class TrainCommand(Args):
     """show a progress bar"""
 
 
-def export_and_evaluate(command: TrainCommand, run_path: Path) -> Path:
-    """Export ``run_path/best.pt`` to ``command.out`` (with the evaluation table if asked)."""
-    assert command.out is not None
-    agent, meta = load_checkpoint(run_path / "best.pt")
-    fields: dict[str, Any] = card_fields_from_meta(meta)
-    fields["training"]["run"] = str(run_path)
-    out = Path(command.out)
-    onnx_path = write_policy(
-        agent, out, name=command.name, version=command.version, card_fields=fields
-    )
-    if command.evaluate:
-        pickers = {name: heuristic_picker(name) for name in HEURISTIC_NAMES}
-        pickers[command.name] = onnx_picker(onnx_path, command.max_candidates)
-        rows = evaluate(command.trace, pickers)
-        print(markdown(rows))
-        card = json.loads((out / "card.json").read_text())
-        card["metrics"]["evaluation"] = {
-            "protocol": "hpc-reproduction.md A.9: seed 1, 10 x 1024 jobs, kairos semantics, "
-            "greedy decoding of the ONNX policy, training/evaluate.py",
-            "rows": [{k: v for k, v in r.items() if k != "starts"} for r in rows],
-            "starts": rows[0]["starts"] if rows else [],
-        }
-        (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
-    return onnx_path
-
-
 def main(argv: Sequence[str]) -> int:
     """Entry point of ``kairos train`` (``argv[0] == "train"``)."""
     args = list(argv)
@@ -72,6 +42,12 @@ def main(argv: Sequence[str]) -> int:
     command = tyro.cli(TrainCommand, args=args, prog="kairos train")
     run_path = train(command)
     if command.out is not None:
-        path = export_and_evaluate(command, run_path)
+        path = export_policy(
+            run_path / "best.pt",
+            Path(command.out),
+            name=command.name,
+            version=command.version,
+            evaluate_traces=command.trace if command.evaluate else (),
+        )
         print(f"exported {path}")
     return 0

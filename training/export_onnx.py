@@ -148,11 +148,59 @@ def write_policy(
 def card_fields_from_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
     """The card's ``training``, ``seeds`` and ``metrics`` entries from a checkpoint's metadata."""
     training = dict(meta.get("training", {}))
+    hyper = training.get("hyperparameters", {})
+    init = hyper.get("init_checkpoint")
+    if init and "initialised_from" not in training and Path(init).is_file():
+        _, init_meta = load_checkpoint(Path(init))
+        training["initialised_from"] = {"checkpoint": init, **init_meta.get("training", {})}
+    seeds: dict[str, Any] = {"training": training.get("seed")}
+    if "initialised_from" in training:
+        seeds["initialisation"] = training["initialised_from"].get("seed")
+    seeds["evaluation_protocol"] = hyper.get("eval_seed")
     return {
         "training": training,
-        "seeds": {"training": training.get("seed")},
+        "seeds": seeds,
         "metrics": {"validation_bsld": training.get("validation_bsld")},
     }
+
+
+def export_policy(
+    checkpoint: Path,
+    out: Path,
+    *,
+    name: str,
+    version: str,
+    evaluate_traces: Sequence[str] = (),
+    card_extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Export ``checkpoint`` to ``out``; with ``evaluate_traces``, evaluate the written ONNX file
+    against the heuristics on the paper's protocol and record the table in the card."""
+    from training.evaluate import evaluate, heuristic_picker, markdown, onnx_picker
+    from training.hpc_env import HEURISTIC_NAMES
+
+    agent, meta = load_checkpoint(checkpoint)
+    fields = card_fields_from_meta(meta)
+    fields["training"]["checkpoint"] = str(checkpoint)
+    fields.update(card_extra or {})
+    onnx_path = write_policy(agent, out, name=name, version=version, card_fields=fields)
+    if evaluate_traces:
+        pickers = {h: heuristic_picker(h) for h in HEURISTIC_NAMES}
+        pickers[name] = onnx_picker(onnx_path)
+        rows = evaluate(evaluate_traces, pickers)
+        table = markdown(rows)
+        print(table)
+        card = json.loads((out / "card.json").read_text())
+        card["metrics"]["evaluation"] = {
+            "protocol": "hpc-reproduction.md A.9 windows (seed 1, 10 x 1024 jobs, empty cluster), "
+            "kairos semantics, average bounded slowdown (tau 10 s), greedy decoding of this "
+            "policy.onnx through onnxruntime; command: python -m training.evaluate --model "
+            f"{out}",
+            "table_markdown": table,
+            "starts": rows[0]["starts"],
+            "rows": [{k: v for k, v in r.items() if k != "starts"} for r in rows],
+        }
+        (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return onnx_path
 
 
 @dataclass
@@ -165,18 +213,22 @@ class ExportArgs:
     """policy name written into the card and the ONNX metadata"""
     version: str = "1"
     """policy version written into the card and the ONNX metadata"""
+    evaluate: tuple[str, ...] = ()
+    """traces on which to evaluate the exported policy (paper's protocol) for the card"""
     card_extra: str | None = None
-    """optional JSON file whose keys are merged into the card (e.g. an evaluation table)"""
+    """optional JSON file whose keys are merged into the card"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = tyro.cli(ExportArgs, args=list(sys.argv[1:] if argv is None else argv))
-    agent, meta = load_checkpoint(Path(args.checkpoint))
-    fields = card_fields_from_meta(meta)
-    if args.card_extra is not None:
-        fields.update(json.loads(Path(args.card_extra).read_text()))
-    path = write_policy(
-        agent, Path(args.out), name=args.name, version=args.version, card_fields=fields
+    extra = None if args.card_extra is None else json.loads(Path(args.card_extra).read_text())
+    path = export_policy(
+        Path(args.checkpoint),
+        Path(args.out),
+        name=args.name,
+        version=args.version,
+        evaluate_traces=args.evaluate,
+        card_extra=extra,
     )
     print(f"wrote {path} and {path.with_name('card.json')}")
     return 0

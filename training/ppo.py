@@ -46,10 +46,12 @@ import tyro
 from torch import nn
 
 from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES
-from training.hpc_env import HpcEpisode, JobTable
+from training.hpc_env import HpcEpisode, JobTable, run_sequence
 
 #: logit given to masked rows (also used by the ONNX export)
 MASKED_LOGIT = -1.0e9
+#: heuristics the ``best`` warm-start teacher chooses from
+BEST_OF = ("sjf", "f1", "wfp3", "unicep")
 
 
 @dataclass
@@ -88,8 +90,10 @@ class Args:
     """stop PPO after this many wall-clock seconds (0: no limit)"""
 
     # behaviour-cloning warm start
-    bc_teacher: str = "sjf"
-    """heuristic imitated before PPO (``none`` to start from random weights)"""
+    bc_teacher: str = "f1"
+    """heuristic imitated before PPO: ``fcfs``, ``sjf``, ``f1``, ``wfp3``, ``unicep``; ``best``
+    imitates, on each teacher episode, whichever of sjf/f1/wfp3/unicep does best on that
+    sequence; ``none`` starts from random weights"""
     bc_episodes: int = 64
     """teacher episodes collected for the warm start"""
     bc_epochs: int = 20
@@ -395,11 +399,17 @@ class VecEnv:
 
     def __init__(self, args: Args, data: TrainingData, rng: np.random.Generator, n: int) -> None:
         self.args, self.data, self.rng, self.n = args, data, rng, n
-        self.episodes: list[HpcEpisode] = [self._new_episode() for _ in range(n)]
+        self.sequences: list[tuple[int, int]] = []
+        self.episodes: list[HpcEpisode] = []
+        for _ in range(n):
+            ep, seq = self._new_episode()
+            self.episodes.append(ep)
+            self.sequences.append(seq)
+        self._best_teacher: dict[tuple[int, int], str] = {}
         self.index = np.full((n, args.max_candidates), -1, dtype=np.int64)
         self.steps = np.zeros(n, dtype=np.int64)
 
-    def _new_episode(self) -> HpcEpisode:
+    def _new_episode(self) -> tuple[HpcEpisode, tuple[int, int]]:
         while True:
             k, start = self.data.sample(self.rng)
             ep = HpcEpisode(
@@ -409,7 +419,7 @@ class VecEnv:
             )
             ep.reset(start, self.args.episode_length)
             if not ep.done:  # an all-forced sequence holds no decision
-                return ep
+                return ep, (k, start)
 
     def _observe(self) -> Batch:
         n_rows = self.args.max_candidates
@@ -438,7 +448,7 @@ class VecEnv:
             if ep.done:
                 dones[i] = True
                 finished.append({"bsld": ep.avg_bsld(), "steps": float(self.steps[i])})
-                self.episodes[i] = self._new_episode()
+                self.episodes[i], self.sequences[i] = self._new_episode()
                 self.steps[i] = 0
         return self._observe(), rewards, dones, finished
 
@@ -447,9 +457,28 @@ class VecEnv:
         out = np.zeros(self.n, dtype=np.int64)
         for i, ep in enumerate(self.episodes):
             rows = self.index[i]
-            pos = ep.teacher_pos(heuristic, visible=rows[rows >= 0])
+            name = self.best_teacher(i) if heuristic == "best" else heuristic
+            pos = ep.teacher_pos(name, visible=rows[rows >= 0])
             out[i] = int(np.flatnonzero(rows == pos)[0])
         return out
+
+    def best_teacher(self, i: int) -> str:
+        """The heuristic with the lowest avg bsld on env ``i``'s current sequence."""
+        key = self.sequences[i]
+        if key not in self._best_teacher:
+            k, start = key
+            scores = {
+                name: run_sequence(
+                    self.data.tables[k],
+                    start,
+                    self.args.episode_length,
+                    lambda ep, name=name: ep.teacher_pos(name),
+                    backfill=self.args.backfill == "easy",
+                ).avg_bsld()
+                for name in BEST_OF
+            }
+            self._best_teacher[key] = min(scores, key=lambda name: (scores[name], name))
+        return self._best_teacher[key]
 
 
 class Validation:
@@ -675,8 +704,10 @@ def train(args: Args) -> Path:  # noqa: C901 - cleanrl's loop, kept in one piece
     print(f"validation baselines (avg bsld): {validation.baselines}")
 
     summary: dict[str, Any] = {"validation_baselines": validation.baselines}
+    init_meta: dict[str, Any] | None = None
     if args.init_checkpoint is not None:
-        initial, _ = load_checkpoint(Path(args.init_checkpoint))
+        initial, init_blob = load_checkpoint(Path(args.init_checkpoint))
+        init_meta = {"checkpoint": args.init_checkpoint, **init_blob.get("training", {})}
         agent.load_state_dict(initial.state_dict())
         agent.train()
         print(f"initialised from {args.init_checkpoint}")
@@ -687,25 +718,37 @@ def train(args: Args) -> Path:  # noqa: C901 - cleanrl's loop, kept in one piece
     log("eval/val_bsld", best_bsld, 0)
     print(f"validation after warm start: {best_bsld:.2f}")
 
+    if args.init_checkpoint is not None:
+        algorithm = f"PPO (cleanrl style) continued from {args.init_checkpoint}"
+    elif args.bc_teacher != "none":
+        algorithm = f"PPO (cleanrl style) after behaviour cloning of {args.bc_teacher}"
+    else:
+        algorithm = "PPO (cleanrl style) from random weights"
+
     def meta(global_step: int, val_bsld: float) -> dict[str, Any]:
-        return {
-            "training": {
-                "algorithm": "PPO (cleanrl style)"
-                + (
-                    f" after behaviour cloning of {args.bc_teacher}"
-                    if args.bc_teacher != "none"
-                    else ""
-                ),
-                "feature_schema_version": FEATURE_SCHEMA_VERSION,
-                "traces": data.describe(),
-                "seed": args.seed,
-                "global_step": global_step,
-                "training_time_s": round(time.time() - wall_start, 1),
-                "validation_bsld": val_bsld,
-                "validation": validation.describe(),
-                "hyperparameters": asdict(args),
-            }
+        training: dict[str, Any] = {
+            "algorithm": algorithm,
+            "environment": "training/hpc_env.py (kairos semantics, "
+            + ("EASY backfilling" if args.backfill == "easy" else "no backfilling")
+            + f", {args.episode_length}-job episodes from an empty cluster)",
+            "feature_schema_version": FEATURE_SCHEMA_VERSION,
+            "traces": data.describe(),
+            "data_split": (
+                "training episodes never overlap the evaluation windows of the paper's protocol "
+                f"(seed {args.eval_seed}, {args.eval_sequences} x {args.eval_length} jobs): "
+                "only starts whose whole episode lies in training_job_ranges are sampled; "
+                "checkpoints are selected on validation sequences from the same ranges"
+            ),
+            "seed": args.seed,
+            "global_step": global_step,
+            "training_time_s": round(time.time() - wall_start, 1),
+            "validation_bsld": val_bsld,
+            "validation": validation.describe(),
+            "hyperparameters": asdict(args),
         }
+        if init_meta is not None:
+            training["initialised_from"] = init_meta
+        return {"training": training}
 
     save_checkpoint(run_path / "best.pt", agent, meta(0, best_bsld))
 
