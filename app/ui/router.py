@@ -19,6 +19,7 @@ from app.services import decisions as decision_service
 from app.services import jobs as job_service
 from app.services import nodes as node_service
 from app.services import policies as policy_service
+from app.services import shadow as shadow_service
 from app.services.context import Ctx
 from app.services.decision import DecisionService
 from app.services.errors import ServiceError
@@ -130,13 +131,11 @@ async def overview(request: Request, ui: UISettingsDep) -> Response:
     async with _database(request).transaction(write=False) as session:
         ctx = Ctx(session=session, tenant=entered)
         page = await cluster_service.list_clusters(ctx, limit=MAX_CLUSTERS, cursor=None)
-        shadows: dict[str, list[views.ShadowAgreement]] = {}
-        for cluster in page.items:
-            if cluster.shadow_policy:
-                recent = await decision_service.list_decisions(
-                    ctx, cluster.id, limit=ui.UI_ROWS, cursor=None
-                )
-                shadows[cluster.id] = views.shadow_agreement(recent.items)
+        shadows = [
+            await shadow_service.shadow_report(ctx, cluster.id)
+            for cluster in page.items
+            if cluster.shadow_policy
+        ]
     reports_dir = Path(ui.REPORTS_DIR)
     return _render(
         request,
@@ -173,6 +172,7 @@ async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> 
             decisions = await decision_service.list_decisions(
                 ctx, cluster_id, limit=ui.UI_ROWS, cursor=None
             )
+            shadow_report = await shadow_service.shadow_report(ctx, cluster_id)
     except ServiceError as exc:
         return _error(request, exc)
     return _render(
@@ -190,6 +190,7 @@ async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> 
             "running": running.items,
             "decisions": [_decision_row(d) for d in decisions.items],
             "shadow": views.shadow_agreement(decisions.items),
+            "shadow_report": shadow_report,
             "rows": ui.UI_ROWS,
         },
     )

@@ -103,6 +103,25 @@ class TestPages:
         assert f'data-decision="{decision["id"]}"' in r.text
         assert decision["policy"]["name"] in r.text
 
+    async def test_shadow_agreement_shown(self, open_ui: httpx.AsyncClient):
+        body = {"resources": ["cpu"], "policy": "fcfs", "shadow_policy": "sjf"}
+        assert (await open_ui.put("/v1/clusters/sh", json=body)).status_code == 201
+        nodes = {"nodes": [{"id": "n1", "capacity": {"cpu": 4}}]}
+        assert (await open_ui.put("/v1/clusters/sh/nodes", json=nodes)).status_code == 200
+        for job_id, walltime in (("long", 500), ("short", 5)):
+            job = {"id": job_id, "per_task": {"cpu": 4}, "walltime_s": walltime}
+            assert (await open_ui.post("/v1/clusters/sh/jobs", json=job)).status_code == 201
+        assert (await open_ui.post("/v1/clusters/sh/schedule", json={})).status_code == 200
+        report = (await open_ui.get("/v1/clusters/sh/shadow-report")).json()
+        assert report["compared"] == 1
+        overview = (await open_ui.get("/ui")).text
+        assert 'data-testid="shadow-report"' in overview
+        assert "shadow sjf" in overview
+        page = (await open_ui.get("/ui/clusters/sh")).text
+        assert page.count('data-testid="shadow-report"') == 1
+        rate = report["agreement_rate"]
+        assert f"{100 * rate:.0f}%" in page
+
     async def test_unknown_cluster_is_an_html_404(self, open_ui: httpx.AsyncClient):
         r = await open_ui.get("/ui/clusters/nope")
         assert r.status_code == 404
