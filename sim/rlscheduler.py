@@ -32,6 +32,7 @@ import hashlib
 import heapq
 import math
 import struct
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -127,6 +128,8 @@ class PreparedSequence:
     nodes: list[int]
     total_nodes: int
     procs_per_node: float
+    #: every request_time equals the run time (then RLScheduler's two running-list sorts agree)
+    exact_estimates: bool = False
 
 
 def prepare(trace: SwfTrace, start: int, length: int) -> PreparedSequence:
@@ -143,14 +146,17 @@ def prepare(trace: SwfTrace, start: int, length: int) -> PreparedSequence:
             f"job {int(trace.job_id[start + i])} needs {nodes[i]} nodes; "
             f"the machine has {trace.max_nodes}"
         )
+    run = trace.run_time[start:stop]
+    request = trace.request_time[start:stop]
     return PreparedSequence(
         submit=trace.submit_time[start:stop].tolist(),
-        run=trace.run_time[start:stop].tolist(),
-        request=trace.request_time[start:stop].tolist(),
+        run=run.tolist(),
+        request=request.tolist(),
         procs=procs,
         nodes=nodes,
         total_nodes=trace.max_nodes,
         procs_per_node=ppn,
+        exact_estimates=bool(np.array_equal(run, request)),
     )
 
 
@@ -172,10 +178,14 @@ def simulate_sequence(
         trace.processors[start:stop],
     )
     prio = _ranks(keys, length)
-    fcfs = _ranks(
-        [trace.submit_time[start:stop].astype(np.float64), prio.astype(np.float64)], length
-    )
-    starts, end_time = run_heuristic(seq, prio.tolist(), fcfs.tolist(), backfill=backfill)
+    submit = trace.submit_time[start:stop]
+    if not backfill:
+        fcfs: list[int] = []  # unused without backfilling
+    elif bool(np.all(submit[1:] > submit[:-1])):
+        fcfs = list(range(length))  # distinct submit times: FCFS rank = index
+    else:
+        fcfs = _ranks([submit.astype(np.float64), prio.astype(np.float64)], length).tolist()
+    starts, end_time = run_heuristic(seq, prio.tolist(), fcfs, backfill=backfill)
     return SequenceResult(
         submit=trace.submit_time[start:stop].astype(np.float64),
         run=trace.run_time[start:stop].astype(np.float64),
@@ -187,7 +197,7 @@ def simulate_sequence(
     )
 
 
-def _shadow_time(
+def _reserve(
     running: list[tuple[float, int, int]],
     start: list[float],
     request: list[int],
@@ -196,16 +206,31 @@ def _shadow_time(
     ppn: float,
     procs_needed: int,
     now: float,
-) -> float:
-    """RLScheduler's earliest start: running jobs by ``start + request_time``, accumulated."""
+    mark: int,
+    counter: int,
+) -> tuple[float, list[tuple[float, int, int]], int]:
+    """RLScheduler's shadow time, and its in-place sort of the running list by requested end.
+
+    The running list order is ``(end, rank)``; jobs started since the last event (rank >=
+    ``mark``) still sit at the list's tail in start order.  RLScheduler stable-sorts that list by
+    ``start + request_time``; the new positions become the new ranks (from ``counter`` on), which
+    decides the release order of jobs ending at the same time later on.
+    Returns ``(shadow, running heap, counter)``.
+    """
+    order = sorted(e for e in running if e[1] < mark)
+    order += sorted((e for e in running if e[1] >= mark), key=lambda e: e[1])
+    order.sort(key=lambda e: start[e[2]] + request[e[2]])
     free_procs = free * ppn
     shadow = now
-    for est, k in sorted((start[k] + request[k], k) for _, _, k in running):
+    for e in order:
+        k = e[2]
         free_procs += nodes[k] * ppn
-        shadow = est
+        shadow = start[k] + request[k]
         if free_procs >= procs_needed:
             break
-    return shadow
+    reranked = [(e[0], counter + p, e[2]) for p, e in enumerate(order)]
+    heapq.heapify(reranked)
+    return shadow, reranked, counter + len(order)
 
 
 def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
@@ -221,6 +246,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
     nodes = seq.nodes
     procs = seq.procs
     ppn = seq.procs_per_node
+    exact = seq.exact_estimates
     n = len(submit)
     heappush = heapq.heappush
     heappop = heapq.heappop
@@ -232,11 +258,14 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
     start: list[float] = [-1.0] * n
     queue: list[int] = [prio[0]]  # heap of priority ranks, lazily purged of started jobs
     waiting: dict[int, None] = {0: None}  # insertion (= arrival = index) order
+    # backfilling only: the queued jobs as sorted (request_time, job) pairs
+    byreq: list[tuple[int, int]] = [(request[0], 0)] if backfill else []
     running: list[tuple[float, int, int]] = []  # heap of (end, start sequence, job)
     free = seq.total_nodes
     now = float(submit[0])
     nxt = 1
-    counter = 0
+    counter = 0  # rank of the next started job (see _reserve)
+    mark = 0  # counter at the last event: ranks >= mark were started since
 
     while True:
         # ---- decision: the policy's choice among the queued jobs
@@ -250,6 +279,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
         if need > free:
             if not backfill:
                 # head-of-line blocking: advance one event at a time until j fits
+                mark = counter
                 while need > free:
                     rel = running[0][0]
                     while nxt < n and submit[nxt] <= rel:
@@ -262,9 +292,22 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                         now = rel
                     free += nodes[heappop(running)[2]]
             else:
-                shadow = _shadow_time(running, start, request, nodes, free, ppn, procs[j], now)
+                if exact:
+                    # both running-list sorts agree: the heap order is the list order
+                    free_procs = free * ppn
+                    need_procs = procs[j]
+                    shadow = now
+                    for e in sorted(running):
+                        free_procs += nodes[e[2]] * ppn
+                        shadow = e[0]
+                        if free_procs >= need_procs:
+                            break
+                else:
+                    shadow, running, counter = _reserve(
+                        running, start, request, nodes, free, ppn, procs[j], now, mark, counter
+                    )
                 lim = shadow - now
-                cands = [k for k in waiting if request[k] < lim]
+                cands = [e[1] for e in byreq[: bisect_left(byreq, (lim, -1))]]
                 if len(cands) > 1:
                     cands.sort(key=fcfs.__getitem__)
                 scan = True
@@ -282,11 +325,13 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                                 heappush(running, (now + run[k], counter, k))
                                 counter += 1
                                 del waiting[k]
+                                del byreq[bisect_left(byreq, (request[k], k))]
                             else:
                                 keep.append(k)
                         cands = keep
                     scan = False
                     # advance one event
+                    mark = counter
                     rel = running[0][0]
                     if nxt < n and submit[nxt] <= rel:
                         k = nxt
@@ -296,15 +341,15 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                         heappush(queue, prio[k])
                         waiting[k] = None
                         # only the new arrival can newly qualify (free and now unchanged/later)
-                        if now + request[k] < shadow:
-                            nk = nodes[k]
-                            if nk <= free:
-                                start[k] = now
-                                free -= nk
-                                heappush(running, (now + run[k], counter, k))
-                                counter += 1
-                                del waiting[k]
-                            else:
+                        if now + request[k] < shadow and nodes[k] <= free:
+                            start[k] = now
+                            free -= nodes[k]
+                            heappush(running, (now + run[k], counter, k))
+                            counter += 1
+                            del waiting[k]
+                        else:
+                            insort(byreq, (request[k], k))
+                            if now + request[k] < shadow:
                                 cands.append(k)
                     else:
                         if rel > now:
@@ -318,11 +363,14 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
         heappush(running, (now + run[j], counter, j))
         counter += 1
         del waiting[j]
+        if backfill:
+            del byreq[bisect_left(byreq, (request[j], j))]
 
         if not waiting:
             if nxt >= n:
                 return start, now
             # advance until exactly one job has arrived
+            mark = counter
             while True:
                 rel = running[0][0] if running else _INF
                 if submit[nxt] <= rel:
@@ -330,6 +378,8 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                         now = float(submit[nxt])
                     heappush(queue, prio[nxt])
                     waiting[nxt] = None
+                    if backfill:
+                        insort(byreq, (request[nxt], nxt))
                     nxt += 1
                     break
                 if rel > now:
