@@ -137,6 +137,9 @@ class Args:
     meaningless value baseline"""
     init_checkpoint: str | None = None
     """start from this checkpoint's weights (skips the warm start)"""
+    init_temperature: float = 1.0
+    """divide the warm-started actor's logits by this before PPO: imitation leaves a nearly
+    deterministic policy that explores too little; greedy decisions are unchanged"""
 
     # architecture
     actor_hidden: tuple[int, ...] = (32, 16, 8)
@@ -714,6 +717,10 @@ def train(args: Args) -> Path:  # noqa: C901 - cleanrl's loop, kept in one piece
     elif args.bc_teacher != "none":
         summary["bc"] = behaviour_cloning(args, agent, envs, log)
         print(f"warm start: imitated {args.bc_teacher}: {summary['bc']}")
+    if args.init_temperature != 1.0:
+        with torch.no_grad():
+            agent.actor[-1].weight.div_(args.init_temperature)
+            agent.actor[-1].bias.div_(args.init_temperature)
     best_bsld = validation.run(agent)
     log("eval/val_bsld", best_bsld, 0)
     print(f"validation after warm start: {best_bsld:.2f}")

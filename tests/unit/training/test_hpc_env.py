@@ -174,3 +174,24 @@ def test_window_of_a_long_queue_matches_the_encoder(table: JobTable, backfill: b
         ep.step_queue(int(mine.index[row]))
         if ep.rounds != round_id:
             break
+
+
+@pytest.mark.parametrize(("heuristic", "backfill"), [("sjf", True), ("f1", True), ("wfp3", False)])
+def test_twin_replays_like_the_kairos_simulator(
+    table: JobTable, heuristic: str, backfill: bool
+) -> None:
+    from sim.kairos import simulate_kairos
+    from sim.traces.swf import load_swf
+
+    trace = load_swf(TRACE)
+    start, length = 2756, 200
+    result = simulate_kairos(
+        trace,
+        start,
+        length,
+        get_heuristic(heuristic),
+        config=_config(backfill),
+        pooled=True,
+    )
+    ep = run_sequence(table, start, length, lambda e: e.teacher_pos(heuristic), backfill=backfill)
+    np.testing.assert_array_equal(ep.start_time, result.start)
