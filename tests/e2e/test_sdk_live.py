@@ -213,6 +213,44 @@ class TestQuickStart:
             assert snapshot.allocated_job_ids() == ["p1"]
 
 
+README = ROOT / "clients" / "python" / "README.md"
+
+
+def _readme_block(heading: str) -> str:
+    """The first ```python block after ``## <heading>`` in the SDK README."""
+    text = README.read_text()
+    section = text[text.index(f"## {heading}\n") :]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start : section.index("```", start)]
+
+
+class TestReadme:
+    """The README's code, executed as written (only the URL and key are substituted)."""
+
+    def test_quick_start_block(self, server: str, capsys: pytest.CaptureFixture[str]):
+        code = _readme_block("Quick start")
+        assert '"http://127.0.0.1:8000"' in code
+        code = code.replace('"http://127.0.0.1:8000"', repr(server)).replace(
+            '"sk-..."', repr(ACME_KEY)
+        )
+        exec(compile(code, str(README), "exec"), {})
+        out = capsys.readouterr().out.splitlines()
+        name, kind, used, *_reason = out[0].split()
+        assert kind in {"heuristic", "onnx"}
+        assert used in {"True", "False"}
+        assert any(line.startswith("train-1 ") for line in out)
+        with Client(base_url=server, api_key=ACME_KEY) as client:
+            assert client.jobs.retrieve("gpu-east", "etl-1").state == "finished"
+
+    def test_async_block(self, server: str, monkeypatch: pytest.MonkeyPatch):
+        monkeypatch.setenv("KAIROS_BASE_URL", server)
+        monkeypatch.setenv("KAIROS_API_KEY", ACME_KEY)
+        code = _readme_block("Async")
+        exec(compile(code, str(README), "exec"), {})
+        with Client(base_url=server, api_key=ACME_KEY) as client:
+            assert client.jobs.retrieve("gpu-east", "j1").state == "running"
+
+
 class TestPagination:
     def test_sync_walks_several_pages(self, client: Client, cid: str):
         client.clusters.upsert(cid, resources=["cpu"])
