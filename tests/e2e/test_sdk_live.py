@@ -235,7 +235,7 @@ class TestReadme:
         )
         exec(compile(code, str(README), "exec"), {})
         out = capsys.readouterr().out.splitlines()
-        name, kind, used, *_reason = out[0].split()
+        _name, kind, used, *_reason = out[0].split()
         assert kind in {"heuristic", "onnx"}
         assert used in {"True", "False"}
         assert any(line.startswith("train-1 ") for line in out)
