@@ -103,6 +103,7 @@ class _Info:
     demand: FloatArray
     positive: IntArray
     total: tuple[float, ...]  # tasks * demand
+    job_demand: tuple[float, ...]  # per task, as floats in resource order
     tasks: int
     single: bool
     key: tuple[object, ...]  # shape key: same key, same fit/placement
@@ -117,7 +118,8 @@ class _Release:
     submit: float
     job_id: str
     rows: list[int]
-    amounts: list[FloatArray]
+    tasks: list[int]
+    demand: tuple[float, ...]
 
     def sort_key(self) -> tuple[float, float, str]:
         return (_end_key(self.end), self.submit, self.job_id)
@@ -133,7 +135,11 @@ class _StepCache:
 
 def _check_vector(r: Resources, where: str) -> None:
     for name, v in r.items():
-        if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0.0):
+        try:
+            ok = 0.0 <= v < math.inf  # False for NaN
+        except TypeError:
+            ok = False
+        if not ok:
             raise SnapshotError(where, f"{name}={v!r} must be a finite number >= 0")
 
 
@@ -231,7 +237,6 @@ class DecisionRun:
         self.now = float(state.now)
         self._build_matrices(state)
         self._build_jobs(state)
-        self._build_releases(state)
         self._allocations: list[Allocation] = []
         self._allocated: set[str] = set()
         self._reservation: Reservation | None = None
@@ -242,7 +247,9 @@ class DecisionRun:
         self._picks: list[str] = []
         self._fit_cache: dict[tuple[object, ...], RowPlacement | None] = {}
         self._step: _StepCache | None = None
-        self._classify()
+        self._max_free: list[float] | None = None
+        self._reachable: FloatArray | None = None
+        self._exclusion_cache: dict[tuple[object, ...], str | None] = {}
         if self.config.max_allocations is not None and self.config.max_allocations <= 0:
             self._stopped = True
 
@@ -258,34 +265,47 @@ class DecisionRun:
         for rj in state.running:
             names.update(rj.job.per_task)
         self.resource_names: tuple[str, ...] = tuple(sorted(names))
+        names_t = self.resource_names
         self._up_nodes: list[Node] = sorted(
             (n for n in state.nodes if n.state == NodeState.UP), key=lambda n: n.id
         )
         self._row: dict[str, int] = {n.id: i for i, n in enumerate(self._up_nodes)}
-        r = len(self.resource_names)
+        r = len(names_t)
         shape = (len(self._up_nodes), r)
-        cap = np.zeros(shape)
-        alloc = np.zeros(shape)
-        for i, n in enumerate(self._up_nodes):
-            cap[i] = to_tuple(n.capacity, self.resource_names)
-            alloc[i] = to_tuple(n.allocated, self.resource_names)
+        cap = np.array([to_tuple(n.capacity, names_t) for n in self._up_nodes]).reshape(shape)
+        alloc = np.array([to_tuple(n.allocated, names_t) for n in self._up_nodes]).reshape(shape)
         # node.allocated is authoritative, but never count less than the running jobs use
-        used = np.zeros(shape)
+        used: dict[int, list[float]] = {}
+        self._releases: list[_Release] = []
+        row_of = self._row
         for rj in state.running:
-            vec = np.array(to_tuple(rj.job.per_task, self.resource_names))
+            demand = to_tuple(rj.job.per_task, names_t)
+            rows: list[int] = []
+            tasks: list[int] = []
             for p in rj.placements:
-                row = self._row.get(p.node_id)
-                if row is not None:
-                    used[row] += p.tasks * vec
-        alloc = np.maximum(alloc, used)
+                row = row_of.get(p.node_id)
+                if row is None:
+                    continue  # down/drain node: what it frees cannot be used
+                rows.append(row)
+                tasks.append(p.tasks)
+                u = used.get(row)
+                if u is None:
+                    u = used[row] = [0.0] * r
+                for c in range(r):
+                    u[c] += p.tasks * demand[c]
+            self._releases.append(
+                _Release(rj.expected_end, rj.job.submit_time, rj.job.id, rows, tasks, demand)
+            )
+        for row, u in used.items():
+            np.maximum(alloc[row], u, out=alloc[row])
         self._cap: FloatArray = cap
         self._slack: FloatArray = slack_matrix(cap)
         self._inv_cap: FloatArray = inverse_capacity(cap)
         self._free: FloatArray = cap - alloc
-        self._free_total: list[float] = self._free.sum(axis=0).tolist() if r else []
-        self._slack_total: list[float] = self._slack.sum(axis=0).tolist() if r else []
+        self._free_total: list[float] = self._free.sum(axis=0).tolist()
+        self._slack_total: list[float] = self._slack.sum(axis=0).tolist()
         self._largest: list[float] = cap.max(axis=0).tolist() if len(self._up_nodes) else [0.0] * r
-        self._cap_total: list[float] = cap.sum(axis=0).tolist() if r else []
+        self._cap_total: list[float] = cap.sum(axis=0).tolist()
 
     def _build_jobs(self, state: ClusterState) -> None:
         finished = state.finished
@@ -294,79 +314,67 @@ class DecisionRun:
         self._infos: list[_Info] = []
         self._by_id: dict[str, _Info] = {}
         names = self.resource_names
+        vectors: dict[tuple[float, ...], tuple[FloatArray, IntArray]] = {}
         for job in pending:
-            missing = tuple(d for d in job.depends_on if d not in finished)
-            if missing:
-                self._blocked_deps[job.id] = missing
-                continue
+            if job.depends_on:
+                missing = tuple(d for d in job.depends_on if d not in finished)
+                if missing:
+                    self._blocked_deps[job.id] = missing
+                    continue
             invalid = _invalid_reason(job)
             dt = to_tuple(job.per_task, names)
-            demand = np.array(dt, dtype=np.float64)
             if invalid is not None:
-                demand = np.nan_to_num(np.maximum(demand, 0.0))
+                dt = tuple(v if v > 0.0 and math.isfinite(v) else 0.0 for v in dt)
+            vec = vectors.get(dt)
+            if vec is None:
+                demand = np.array(dt, dtype=np.float64)
+                vec = vectors[dt] = (demand, np.flatnonzero(demand > 0.0))
             tasks = max(int(job.tasks), 0)
+            single = job.single_node
             info = _Info(
                 job=job,
                 pos=len(self._infos),
-                demand=demand,
-                positive=np.flatnonzero(demand > 0.0),
+                demand=vec[0],
+                positive=vec[1],
                 total=tuple(tasks * v for v in dt),
+                job_demand=dt,
                 tasks=tasks,
-                single=job.single_node,
-                key=(tasks, job.single_node, dt),
+                single=single,
+                key=(tasks, single, dt),
                 invalid=invalid,
             )
             self._infos.append(info)
             self._by_id[job.id] = info
 
-    def _build_releases(self, state: ClusterState) -> None:
-        self._releases: list[_Release] = []
-        names = self.resource_names
-        for rj in state.running:
-            vec = np.array(to_tuple(rj.job.per_task, names), dtype=np.float64)
-            rows: list[int] = []
-            amounts: list[FloatArray] = []
-            for p in rj.placements:
-                row = self._row.get(p.node_id)
-                if row is not None:
-                    rows.append(row)
-                    amounts.append(p.tasks * vec)
-            self._releases.append(
-                _Release(rj.expected_end, rj.job.submit_time, rj.job.id, rows, amounts)
-            )
+    def _release_all(self, free: FloatArray, releases: Iterable[_Release]) -> None:
+        rows: list[int] = []
+        amounts: list[list[float]] = []
+        for rel in releases:
+            for row, t in zip(rel.rows, rel.tasks, strict=True):
+                rows.append(row)
+                amounts.append([t * v for v in rel.demand])
+        if rows:
+            np.add.at(free, np.array(rows, dtype=np.intp), np.array(amounts))
 
-    def _classify(self) -> None:
-        """Mark jobs that can never start in this round: unschedulable or no known start time."""
-        self._excluded: dict[str, str] = {}
-        if not self._infos:
-            return
-        empty_k_cache: dict[tuple[object, ...], bool] = {}
-        reach_k_cache: dict[tuple[object, ...], bool] = {}
-        reachable = self._free.copy()
-        for rel in self._releases:
-            for row, amount in zip(rel.rows, rel.amounts, strict=True):
-                reachable[row] += amount
-        for info in self._infos:
-            if info.invalid is not None:
-                self._excluded[info.job.id] = f"{REASON_UNSCHEDULABLE}: {info.invalid}"
-                continue
-            ok = empty_k_cache.get(info.key)
-            if ok is None:
-                ok = self._feasible_on(self._cap, info)
-                empty_k_cache[info.key] = ok
-            if not ok:
-                self._excluded[info.job.id] = (
-                    f"{REASON_UNSCHEDULABLE}: {self._why_unschedulable(info)}"
-                )
-                continue
-            ok = reach_k_cache.get(info.key)
-            if ok is None:
-                ok = self._feasible_on(reachable, info)
-                reach_k_cache[info.key] = ok
-            if not ok:
-                self._excluded[info.job.id] = (
-                    f"{REASON_NO_KNOWN_END} (node allocations exceed what running jobs hold)"
-                )
+    def _exclusion(self, info: _Info) -> str | None:
+        """Why ``info`` can never start in this round (unschedulable / no known end), or None."""
+        if info.invalid is not None:
+            return f"{REASON_UNSCHEDULABLE}: {info.invalid}"
+        cache = self._exclusion_cache
+        if info.key in cache:
+            return cache[info.key]
+        reason: str | None = None
+        if not self._feasible_on(self._cap, info):
+            reason = f"{REASON_UNSCHEDULABLE}: {self._why_unschedulable(info)}"
+        else:
+            if self._reachable is None:
+                reachable = self._free.copy()
+                self._release_all(reachable, self._releases)
+                self._reachable = reachable
+            if not self._feasible_on(self._reachable, info):
+                reason = f"{REASON_NO_KNOWN_END} (node allocations exceed what running jobs hold)"
+        cache[info.key] = reason
+        return reason
 
     def _why_unschedulable(self, info: _Info) -> str:
         if not self._up_nodes:
@@ -401,12 +409,21 @@ class DecisionRun:
     def _place_now(self, info: _Info) -> RowPlacement | None:
         """Placement on the current free resources (cached per job shape until the next change)."""
         cache = self._fit_cache
-        if info.key in cache:
-            return cache[info.key]
+        key = info.key
+        if key in cache:
+            return cache[key]
         result: RowPlacement | None = None
-        if info.tasks > 0 and self._up_nodes:
+        if info.tasks > 0 and self._up_nodes and info.invalid is None:
             ft, st = self._free_total, self._slack_total
-            if all(info.total[c] <= ft[c] + st[c] for c in info.positive.tolist()):
+            positive = info.positive.tolist()
+            ok = all(info.total[c] <= ft[c] + st[c] for c in positive)
+            if ok and positive:
+                mx = self._max_free
+                if mx is None:
+                    mx = self._max_free = (self._free + self._slack).max(axis=0).tolist()
+                per_node = info.total if info.single else info.job_demand
+                ok = all(per_node[c] <= mx[c] for c in positive)
+            if ok:
                 k = self._k(self._free, info)
                 result = place_rows(
                     self.config.placement,
@@ -417,15 +434,12 @@ class DecisionRun:
                     self._inv_cap,
                     info.demand,
                 )
-        cache[info.key] = result
+        cache[key] = result
         return result
 
     def _allocate(self, info: _Info, rows: RowPlacement) -> None:
-        amounts: list[FloatArray] = []
         for row, t in rows:
-            amount = t * info.demand
-            self._free[row] -= amount
-            amounts.append(amount)
+            self._free[row] -= t * info.demand
         for c in info.positive.tolist():
             self._free_total[c] -= info.total[c]
         self._releases.append(
@@ -434,7 +448,8 @@ class DecisionRun:
                 info.job.submit_time,
                 info.job.id,
                 [r for r, _ in rows],
-                amounts,
+                [t for _, t in rows],
+                info.job_demand,
             )
         )
         self._allocations.append(
@@ -442,6 +457,7 @@ class DecisionRun:
         )
         self._allocated.add(info.job.id)
         self._fit_cache.clear()
+        self._max_free = None
         if (
             self.config.max_allocations is not None
             and len(self._allocations) >= self.config.max_allocations
@@ -453,23 +469,57 @@ class DecisionRun:
 
         The matrix holds every release with requested end ``<= t`` (overdue jobs, whose requested
         end is already past, count as released at ``now``), so it is exactly what a recomputation
-        from the final allocations sees at ``t``; ties in end time release together.
+        from the final allocations sees at ``t``; ties in end time release together.  Feasibility
+        only grows with ``t``, so the first feasible release time is found by bisection over the
+        distinct end times (a few feasibility tests instead of one per running job).
         """
-        free = self._free.copy()
         releases = sorted(self._releases, key=_Release.sort_key)
-        i, n = 0, len(releases)
-        t = self.now
-        while True:
-            while i < n and _end_key(releases[i].end) <= t:
-                rel = releases[i]
-                for row, amount in zip(rel.rows, rel.amounts, strict=True):
-                    free[row] += amount
-                i += 1
+        # times[g] and the number of releases ended by then; times[0] = now (overdue included)
+        times: list[float] = [self.now]
+        counts: list[int] = [0]
+        for i, rel in enumerate(releases):
+            end = _end_key(rel.end)
+            if math.isinf(end):
+                break
+            if end <= self.now:
+                counts[0] = i + 1
+            elif end == times[-1]:
+                counts[-1] = i + 1
+            else:
+                times.append(end)
+                counts.append(i + 1)
+
+        # flatten (row, amount) of every placement once, in release order
+        rows: list[int] = []
+        amounts: list[list[float]] = []
+        ends_at: list[int] = []  # placements[:ends_at[i]] belong to releases[:i + 1]
+        for rel in releases[: counts[-1]]:
+            for row, t in zip(rel.rows, rel.tasks, strict=True):
+                rows.append(row)
+                amounts.append([t * v for v in rel.demand])
+            ends_at.append(len(rows))
+        rows_a = np.array(rows, dtype=np.intp)
+        amounts_a = np.array(amounts, dtype=np.float64).reshape(len(rows), self._free.shape[1])
+
+        def free_at(g: int) -> FloatArray:
+            free = self._free.copy()
+            m = ends_at[counts[g] - 1] if counts[g] else 0
+            if m:
+                np.add.at(free, rows_a[:m], amounts_a[:m])
+            return free
+
+        lo, hi = 0, len(times) - 1
+        best = free_at(hi)
+        if not self._feasible_on(best, info):
+            return None
+        while lo < hi:  # invariant: feasible at hi, and best is the matrix at hi
+            mid = (lo + hi) // 2
+            free = free_at(mid)
             if self._feasible_on(free, info):
-                return t, free
-            if i >= n or math.isinf(_end_key(releases[i].end)):
-                return None
-            t = _end_key(releases[i].end)
+                hi, best = mid, free
+            else:
+                lo = mid + 1
+        return times[hi], best
 
     def _backfill_rows(self, info: _Info) -> RowPlacement | None:
         """Placement now if ``info`` may backfill without delaying the reservation, else None."""
@@ -506,7 +556,7 @@ class DecisionRun:
         rows = self._place_now(info)
         if rows is not None:
             self._allocate(info, rows)
-        else:
+        elif self._exclusion(info) is None:  # never reserve a job that cannot ever start
             self._reserve(info)
 
     def _backfill(self, info: _Info) -> bool:
@@ -529,8 +579,12 @@ class DecisionRun:
     # ------------------------------------------------------------------ ordering fast path
 
     def orderable(self) -> list[Job]:
-        """Eligible jobs an ordering policy should rank (FCFS order, excluded jobs removed)."""
-        return [i.job for i in self._infos if i.job.id not in self._excluded]
+        """Eligible jobs an ordering policy should rank (FCFS order, invalid jobs removed).
+
+        Unschedulable jobs are not filtered here (that would cost a feasibility test per job
+        shape); the walk skips them when they come up, so they are never reserved.
+        """
+        return [i.job for i in self._infos if i.invalid is None]
 
     def run_order(self, order: Iterable[Job]) -> None:
         """Drive the round with a fixed order (the :class:`OrderingPolicy` path).
@@ -542,7 +596,7 @@ class DecisionRun:
         may suit the reservation once other jobs have taken some nodes), and they are retried,
         in order, after every backfill.  Unknown or repeated jobs are skipped.
         """
-        by_id, excluded = self._by_id, self._excluded
+        by_id = self._by_id
         explain = self.config.explain
         deferred: list[_Info] = []
         seen: set[str] = set()
@@ -550,7 +604,7 @@ class DecisionRun:
             if self._stopped:
                 break
             info = by_id.get(job.id)
-            if info is None or job.id in excluded or job.id in seen:
+            if info is None or info.invalid is not None or job.id in seen:
                 continue
             seen.add(job.id)
             if explain:
@@ -582,14 +636,14 @@ class DecisionRun:
     def _compute_step(self) -> _StepCache:
         if self._step is not None:
             return self._step
-        allocated, excluded = self._allocated, self._excluded
+        allocated = self._allocated
         candidates = [i for i in self._infos if i.job.id not in allocated]
         fits: list[bool] = []
         mask: list[bool] = []
         placements: dict[int, RowPlacement] = {}
         head = self._phase == Phase.HEAD
         for idx, info in enumerate(candidates):
-            if info.job.id in excluded:
+            if self._exclusion(info) is not None:
                 fits.append(False)
                 mask.append(False)
                 continue
@@ -694,6 +748,7 @@ class DecisionRun:
 
     def _explain(self) -> dict[str, object]:
         not_started: dict[str, str] = {}
+        unschedulable: list[str] = []
         for job_id, missing in self._blocked_deps.items():
             not_started[job_id] = f"{REASON_DEPENDENCIES}: {', '.join(missing)}"
         capped = (
@@ -704,8 +759,11 @@ class DecisionRun:
             job_id = info.job.id
             if job_id in self._allocated:
                 continue
-            if job_id in self._excluded:
-                not_started[job_id] = self._excluded[job_id]
+            excluded = self._exclusion(info)
+            if excluded is not None:
+                not_started[job_id] = excluded
+                if excluded.startswith(REASON_UNSCHEDULABLE):
+                    unschedulable.append(job_id)
             elif info is self._reserved and self._reservation is not None:
                 start = _fmt(self._reservation.start_at)
                 not_started[job_id] = f"{REASON_DOES_NOT_FIT}; reserved to start at {start}"
@@ -727,9 +785,7 @@ class DecisionRun:
             "backfill": self.config.backfill.value,
             "placement": self.config.placement.value,
             "reservation": reservation,
-            "unschedulable": [
-                j for j, r in self._excluded.items() if r.startswith(REASON_UNSCHEDULABLE)
-            ],
+            "unschedulable": unschedulable,
             "not_started": not_started,
         }
 
@@ -793,7 +849,7 @@ def earliest_start(
     )
     run = DecisionRun(probe, config)
     info = run._by_id[job.id]
-    if job.id in run._excluded:
+    if run._exclusion(info) is not None:
         return None
     found = run._earliest(info)
     return None if found is None else found[0]
