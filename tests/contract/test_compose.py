@@ -23,6 +23,7 @@ import yaml
 import kairos.cli
 from app import cli as app_cli
 from app.settings import Settings
+from app.ui.settings import UISettings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -172,7 +173,7 @@ class TestEnvironment:
         anchors = [compose.get("x-kairos-env", {})] + [
             s.get("environment", {}) for s in compose["services"].values()
         ]
-        fields = set(Settings.model_fields)
+        fields = set(Settings.model_fields) | set(UISettings.model_fields)
         for env in anchors:
             for key in env if isinstance(env, dict) else []:
                 if key.startswith("KAIROS_"):
