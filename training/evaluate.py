@@ -6,9 +6,10 @@ entry is the mean over the sequences of the per-sequence average bounded slowdow
 policy is the exported ONNX file run by onnxruntime (the artifact the service loads), decoded
 greedily (arg-max over the unmasked rows), so results are deterministic.
 
-Semantics are Kairos's (``training/hpc_env.py``, tested step by step against the service's
-``DecisionRun``); ``kairos evaluate`` (``sim/``) gives the same numbers through the service's own
-decision code, only slower.
+Semantics are Kairos's.  By default the sequences run in the training twin
+(``training/hpc_env.py``, tested step by step against the service's ``DecisionRun``); ``--service``
+runs them through ``sim.kairos`` (the service's ``decide()``) with the service's validating
+``OnnxPolicy`` loader instead: the same numbers (tested), about five times slower.
 
     python -m training.evaluate --model models/hpc-kernel/1 \\
         --trace data/lublin_256.swf.gz data/lublin_256_new2.swf.gz --json eval.json
@@ -78,6 +79,38 @@ def run_protocol(
     return [ep.avg_bsld() for ep in episodes]
 
 
+def run_protocol_service(
+    trace_path: str, starts: Sequence[int], length: int, policy: Any, *, backfill: bool
+) -> list[float]:
+    """Per-sequence average bsld through ``sim.kairos`` (the service's ``decide()``)."""
+    from app.domain.decision import DecisionConfig
+    from app.domain.types import Backfill
+    from sim.kairos import simulate_kairos
+    from sim.metrics import avg_bounded_slowdown
+    from sim.traces.swf import load_swf
+
+    trace = load_swf(trace_path)
+    config = DecisionConfig(backfill=Backfill.EASY if backfill else Backfill.NONE)
+    return [
+        avg_bounded_slowdown(
+            simulate_kairos(trace, int(s), length, policy, config=config, pooled=True)
+        )
+        for s in starts
+    ]
+
+
+def service_policy(name: str, model_dir: Path | None = None) -> Any:
+    """A heuristic of ``app.domain.heuristics`` or, with ``model_dir``, the service's
+    ``OnnxPolicy`` loaded (and validated) from it."""
+    if model_dir is not None:
+        from app.policy.onnx_policy import OnnxPolicy
+
+        return OnnxPolicy.load(model_dir)
+    from app.domain.heuristics import get_heuristic
+
+    return get_heuristic(name)
+
+
 def evaluate(
     traces: Sequence[str],
     pickers: dict[str, Picker],
@@ -86,21 +119,32 @@ def evaluate(
     sequences: int = 10,
     length: int = 1024,
     backfills: Sequence[bool] = (False, True),
+    service_policies: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
+    """Rows per (trace, backfill, policy).  ``pickers`` run in the twin; ``service_policies``
+    (name -> heuristic or OnnxPolicy) instead run through ``sim.kairos``, the service's code."""
     rows: list[dict[str, Any]] = []
+    engines: dict[str, tuple[str, Any]] = {n: ("twin", p) for n, p in pickers.items()}
+    engines.update({n: ("service", p) for n, p in (service_policies or {}).items()})
     for path in traces:
         table = JobTable.from_swf(path)
         starts = evaluation_windows(table.n_jobs, seed, sequences, length)
         for backfill in backfills:
-            for name, pick in pickers.items():
+            for name, (engine, pick) in engines.items():
                 t0 = time.perf_counter()
-                values = run_protocol(table, starts, length, pick, backfill=backfill)
+                if engine == "twin":
+                    values = run_protocol(table, starts, length, pick, backfill=backfill)
+                else:
+                    values = run_protocol_service(path, starts, length, pick, backfill=backfill)
                 rows.append(
                     {
                         "trace": Path(path).name,
                         "policy": name,
                         "backfill": "easy" if backfill else "none",
                         "semantics": "kairos",
+                        "engine": "training/hpc_env.py"
+                        if engine == "twin"
+                        else "sim.kairos (app.domain.decision.decide)",
                         "sequences": sequences,
                         "length": length,
                         "seed": seed,
@@ -147,15 +191,30 @@ class EvalArgs:
     """jobs per sequence"""
     json: str | None = None
     """write the rows here"""
+    service: bool = False
+    """run through ``sim.kairos`` and the service's ``OnnxPolicy`` (slower) instead of the twin"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = tyro.cli(EvalArgs, args=list(sys.argv[1:] if argv is None else argv))
-    pickers = {name: heuristic_picker(name) for name in args.heuristics}
-    if args.model is not None:
-        pickers[Path(args.model).parent.name] = onnx_picker(Path(args.model) / "policy.onnx")
+    pickers: dict[str, Picker] = {}
+    services: dict[str, Any] = {}
+    model_name = None if args.model is None else Path(args.model).parent.name
+    if args.service:
+        services = {name: service_policy(name) for name in args.heuristics}
+        if args.model is not None:
+            services[str(model_name)] = service_policy(str(model_name), Path(args.model))
+    else:
+        pickers = {name: heuristic_picker(name) for name in args.heuristics}
+        if args.model is not None:
+            pickers[str(model_name)] = onnx_picker(Path(args.model) / "policy.onnx")
     rows = evaluate(
-        args.trace, pickers, seed=args.seed, sequences=args.sequences, length=args.length
+        args.trace,
+        pickers,
+        seed=args.seed,
+        sequences=args.sequences,
+        length=args.length,
+        service_policies=services,
     )
     print(markdown(rows))
     if args.json is not None:

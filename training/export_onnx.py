@@ -171,11 +171,18 @@ def export_policy(
     name: str,
     version: str,
     evaluate_traces: Sequence[str] = (),
+    evaluate_service: bool = False,
     card_extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Export ``checkpoint`` to ``out``; with ``evaluate_traces``, evaluate the written ONNX file
     against the heuristics on the paper's protocol and record the table in the card."""
-    from training.evaluate import evaluate, heuristic_picker, markdown, onnx_picker
+    from training.evaluate import (
+        evaluate,
+        heuristic_picker,
+        markdown,
+        onnx_picker,
+        service_policy,
+    )
     from training.hpc_env import HEURISTIC_NAMES
 
     agent, meta = load_checkpoint(checkpoint)
@@ -184,17 +191,24 @@ def export_policy(
     fields.update(card_extra or {})
     onnx_path = write_policy(agent, out, name=name, version=version, card_fields=fields)
     if evaluate_traces:
-        pickers = {h: heuristic_picker(h) for h in HEURISTIC_NAMES}
-        pickers[name] = onnx_picker(onnx_path)
-        rows = evaluate(evaluate_traces, pickers)
+        if evaluate_service:
+            services = {h: service_policy(h) for h in HEURISTIC_NAMES}
+            services[name] = service_policy(name, out)
+            rows = evaluate(evaluate_traces, {}, service_policies=services)
+            engine = "sim.kairos with the service's decide() and OnnxPolicy (--service)"
+        else:
+            pickers = {h: heuristic_picker(h) for h in HEURISTIC_NAMES}
+            pickers[name] = onnx_picker(onnx_path)
+            rows = evaluate(evaluate_traces, pickers)
+            engine = "training/hpc_env.py twin with onnxruntime"
         table = markdown(rows)
         print(table)
         card = json.loads((out / "card.json").read_text())
         card["metrics"]["evaluation"] = {
             "protocol": "hpc-reproduction.md A.9 windows (seed 1, 10 x 1024 jobs, empty cluster), "
             "kairos semantics, average bounded slowdown (tau 10 s), greedy decoding of this "
-            "policy.onnx through onnxruntime; command: python -m training.evaluate --model "
-            f"{out}",
+            f"policy.onnx; engine: {engine}; command: python -m training.evaluate --model "
+            f"{out}" + (" --service" if evaluate_service else ""),
             "table_markdown": table,
             "starts": rows[0]["starts"],
             "rows": [{k: v for k, v in r.items() if k != "starts"} for r in rows],
@@ -215,6 +229,8 @@ class ExportArgs:
     """policy version written into the card and the ONNX metadata"""
     evaluate: tuple[str, ...] = ()
     """traces on which to evaluate the exported policy (paper's protocol) for the card"""
+    service: bool = False
+    """evaluate through sim.kairos and the service's OnnxPolicy instead of the twin"""
     card_extra: str | None = None
     """optional JSON file whose keys are merged into the card"""
 
@@ -228,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name=args.name,
         version=args.version,
         evaluate_traces=args.evaluate,
+        evaluate_service=args.service,
         card_extra=extra,
     )
     print(f"wrote {path} and {path.with_name('card.json')}")
