@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import numpy as np
@@ -99,7 +99,6 @@ class _Info:
     """A pending job converted once per decision to dense vectors."""
 
     job: Job
-    pos: int  # index in FCFS order
     demand: FloatArray
     positive: IntArray
     total: tuple[float, ...]  # tasks * demand
@@ -130,7 +129,6 @@ class _StepCache:
     fits: list[bool]
     mask: list[bool]
     candidates: list[_Info]
-    placements: dict[int, RowPlacement] = field(default_factory=dict)
 
 
 def _check_vector(r: Resources, where: str) -> None:
@@ -333,7 +331,6 @@ class DecisionRun:
             single = job.single_node
             info = _Info(
                 job=job,
-                pos=len(self._infos),
                 demand=vec[0],
                 positive=vec[1],
                 total=tuple(tasks * v for v in dt),
@@ -640,9 +637,8 @@ class DecisionRun:
         candidates = [i for i in self._infos if i.job.id not in allocated]
         fits: list[bool] = []
         mask: list[bool] = []
-        placements: dict[int, RowPlacement] = {}
         head = self._phase == Phase.HEAD
-        for idx, info in enumerate(candidates):
+        for info in candidates:
             if self._exclusion(info) is not None:
                 fits.append(False)
                 mask.append(False)
@@ -654,13 +650,10 @@ class DecisionRun:
             elif info is self._reserved or rows is None or self._stopped:
                 mask.append(False)
             else:
-                ok = self._backfill_rows(info) is not None
-                mask.append(ok)
-                if ok:
-                    placements[idx] = rows
+                mask.append(self._backfill_rows(info) is not None)
         if self._stopped:
             mask = [False] * len(candidates)
-        self._step = _StepCache(fits, mask, candidates, placements)
+        self._step = _StepCache(fits, mask, candidates)
         return self._step
 
     @property

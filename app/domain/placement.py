@@ -59,10 +59,14 @@ def max_tasks_per_node(
         return np.full(free.shape[0], float(tasks))
     if positive.size == 1:
         c = int(positive[0])
-        k: FloatArray = np.floor((free[:, c] + slack[:, c]) / demand[c])
+        k: FloatArray = free[:, c] + slack[:, c]
+        k /= demand[c]
     else:
-        k = np.floor((free[:, positive] + slack[:, positive]) / demand[positive]).min(axis=1)
-    return np.clip(k, 0.0, float(tasks))
+        k = ((free[:, positive] + slack[:, positive]) / demand[positive]).min(axis=1)
+    np.floor(k, out=k)
+    np.minimum(k, float(tasks), out=k)
+    np.maximum(k, 0.0, out=k)
+    return k
 
 
 def feasible(k: FloatArray, tasks: int, single_node: bool) -> bool:

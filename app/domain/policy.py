@@ -34,13 +34,18 @@ class StepView:
     now: float
     phase: Phase
     nodes: tuple[Node, ...]
-    #: free resources per node id at this step (capacity - allocated - this decision's picks)
+    #: free resources per node id at this step (capacity - allocated - this decision's picks);
+    #: every node id of ``nodes`` is a key, and nodes that are not ``up`` map to ``{}`` (all zero)
     free: Mapping[str, Resources]
     #: total capacity of the nodes that can take work (state ``up``)
     schedulable_capacity: Resources
-    #: eligible pending jobs, in FCFS order (submit time, then id)
+    #: eligible pending jobs not yet allocated in this decision, in FCFS order (submit time, then
+    #: id); indices are per view (a job allocated at one step is gone from the next view).
+    #: Unschedulable jobs and, in BACKFILL, the reserved job stay listed with ``mask`` false.
     candidates: tuple[Job, ...]
-    #: ``mask[i]`` is true when ``candidates[i]`` may be picked now
+    #: ``mask[i]`` is true when ``candidates[i]`` may be picked now: in HEAD every schedulable
+    #: candidate (picking one that does not fit reserves it); in BACKFILL only the jobs that can
+    #: start now without delaying the reservation
     mask: tuple[bool, ...]
     #: ``fits_now[i]`` is true when ``candidates[i]`` can be placed on the free resources now
     fits_now: tuple[bool, ...]

@@ -42,7 +42,8 @@ def names_of(vectors: Iterable[Resources]) -> tuple[str, ...]:
 
 
 def to_tuple(r: Resources, names: tuple[str, ...]) -> tuple[float, ...]:
-    return tuple(float(r.get(n, 0.0)) for n in names)
+    get = r.get
+    return tuple([float(get(n, 0.0)) for n in names])
 
 
 def from_tuple(values: Iterable[float], names: tuple[str, ...]) -> dict[str, float]:
