@@ -100,13 +100,42 @@ def _jobs(trace: SwfTrace) -> _Jobs:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Lists:
+    """The same columns as Python lists (scalar access in the event loop)."""
+
+    submit: list[float]
+    walltime: list[float]
+    run: list[float]
+    tasks: list[int]
+    fcfs_rank: list[int]
+
+
+def _lists(jobs: _Jobs) -> _Lists:
+    return _Lists(
+        submit=jobs.submit.tolist(),
+        walltime=jobs.walltime.tolist(),
+        run=jobs.run.tolist(),
+        tasks=jobs.tasks.tolist(),
+        fcfs_rank=jobs.fcfs_rank.tolist(),
+    )
+
+
 class _Episode:
     """One sequence on a machine of ``total`` identical nodes, stepped like a DecisionRun."""
 
     def __init__(
-        self, jobs: _Jobs, start: int, length: int, total: int, easy: bool, by_fcfs: IntVec
+        self,
+        jobs: _Jobs,
+        lists: _Lists,
+        start: int,
+        length: int,
+        total: int,
+        easy: bool,
+        by_fcfs: IntVec,
     ) -> None:
         self.jobs = jobs
+        self.cols = lists
         self.first = start
         self.stop = start + length
         self.total = total
@@ -131,29 +160,33 @@ class _Episode:
         self.shadow_free = 0
         self.stopped = False
         self.dirty = False
+        self._cache: tuple[IntVec, npt.NDArray[np.bool_]] | None = None
 
     # ---------------------------------------------------------------- events
 
     def _advance(self) -> None:
         comp = self.completions
-        t_arr = self.submit[self.next_arrival] if self.next_arrival < self.stop else math.inf
+        lst = self.cols
+        submit = lst.submit
+        t_arr = submit[self.next_arrival] if self.next_arrival < self.stop else math.inf
         t_comp = comp[0][0] if comp else math.inf
         t = min(t_arr, t_comp)
         if t == math.inf:
             raise RuntimeError("no events left but jobs never started")
         self.now = float(t)
-        tasks = self.jobs.tasks
+        tasks = lst.tasks
         while comp and comp[0][0] == t:
             j = heapq.heappop(comp)[2]
             del self.running[j]
-            self.free += int(tasks[j])
-        fcfs_rank = self.jobs.fcfs_rank
-        while self.next_arrival < self.stop and self.submit[self.next_arrival] == t:
+            self.free += tasks[j]
+        fcfs_rank = lst.fcfs_rank
+        while self.next_arrival < self.stop and submit[self.next_arrival] == t:
             j = self.next_arrival
-            insort(self.pending, int(fcfs_rank[j]))
-            heapq.heappush(self.by_tasks, (int(tasks[j]), j))
+            insort(self.pending, fcfs_rank[j])
+            heapq.heappush(self.by_tasks, (tasks[j], j))
             self.next_arrival += 1
         self.dirty = True
+        self._cache = None
 
     def _something_fits(self) -> bool:
         by_tasks, started = self.by_tasks, self.start_time
@@ -166,6 +199,7 @@ class _Episode:
         self.backfill_phase = False
         self.reserved = -1
         self.stopped = False
+        self._cache = None
         while self.started < self.length:
             if self.dirty and self.pending:
                 self.dirty = False
@@ -178,28 +212,30 @@ class _Episode:
     # ---------------------------------------------------------------- one decision step
 
     def _start(self, j: int) -> None:
-        self.start_time[j] = self.now
-        self.free -= int(self.jobs.tasks[j])
-        self.running[j] = self.now + float(self.jobs.walltime[j])
-        heapq.heappush(self.completions, (self.now + float(self.jobs.run[j]), self.seq, j))
+        lst = self.cols
+        now = self.now
+        self.start_time[j] = now
+        self.free -= lst.tasks[j]
+        self.running[j] = now + lst.walltime[j]
+        heapq.heappush(self.completions, (now + lst.run[j], self.seq, j))
         self.seq += 1
-        del self.pending[bisect_left(self.pending, int(self.jobs.fcfs_rank[j]))]
+        del self.pending[bisect_left(self.pending, lst.fcfs_rank[j])]
         self.started += 1
+        self._cache = None
 
     def _reserve(self, j: int) -> None:
-        jobs = self.jobs
-        need = int(jobs.tasks[j])
-        ends = sorted(
-            (end, float(jobs.submit[k]), int(jobs.fcfs_rank[k]), k)
-            for k, end in self.running.items()
-        )
+        lst = self.cols
+        tasks = lst.tasks
+        need = tasks[j]
+        submit, fcfs_rank = lst.submit, lst.fcfs_rank
+        ends = sorted((end, submit[k], fcfs_rank[k], k) for k, end in self.running.items())
         free = self.free
         i = 0
         shadow = math.inf
         while i < len(ends):
             t = ends[i][0]
             while i < len(ends) and ends[i][0] == t:
-                free += int(jobs.tasks[ends[i][3]])
+                free += tasks[ends[i][3]]
                 i += 1
             if free >= need:
                 shadow = max(t, self.now)
@@ -211,12 +247,16 @@ class _Episode:
             self.stopped = True
         else:
             self.backfill_phase = True
+        self._cache = None
 
-    def candidates(self) -> IntVec:
-        """Pending jobs in FCFS order (the StepView candidates)."""
-        return self.by_fcfs[np.asarray(self.pending, dtype=np.int64)]
+    def view(self) -> tuple[IntVec, npt.NDArray[np.bool_]]:
+        """Pending jobs in FCFS order (the StepView candidates) and their mask (cached)."""
+        if self._cache is None:
+            cands = self.by_fcfs[np.asarray(self.pending, dtype=np.int64)]
+            self._cache = (cands, self._mask(cands))
+        return self._cache
 
-    def mask(self, cands: IntVec) -> npt.NDArray[np.bool_]:
+    def _mask(self, cands: IntVec) -> npt.NDArray[np.bool_]:
         jobs = self.jobs
         if self.stopped:
             return np.zeros(cands.shape[0], dtype=np.bool_)
@@ -225,7 +265,7 @@ class _Episode:
         tasks = jobs.tasks[cands]
         fits = tasks <= self.free
         ends_in_time = self.now + jobs.walltime[cands] <= self.shadow
-        leaves_room = self.shadow_free - tasks >= int(jobs.tasks[self.reserved])
+        leaves_room = self.shadow_free - tasks >= self.cols.tasks[self.reserved]
         allowed: npt.NDArray[np.bool_] = (
             fits & (ends_in_time | leaves_room) & (cands != self.reserved)
         )
@@ -235,18 +275,18 @@ class _Episode:
         """As ``DecisionRun.done``: stopped, nothing pending, or no backfill candidate left."""
         if self.stopped or not self.pending:
             return True
-        return self.backfill_phase and not bool(self.mask(self.candidates()).any())
+        return self.backfill_phase and not bool(self.view()[1].any())
 
     def apply(self, j: int) -> None:
-        jobs = self.jobs
+        lst = self.cols
         if not self.backfill_phase:
-            if int(jobs.tasks[j]) <= self.free:
+            if lst.tasks[j] <= self.free:
                 self._start(j)
             else:
                 self._reserve(j)
             return
-        if self.now + float(jobs.walltime[j]) > self.shadow:
-            self.shadow_free -= int(jobs.tasks[j])
+        if self.now + lst.walltime[j] > self.shadow:
+            self.shadow_free -= lst.tasks[j]
         self._start(j)
 
     # ---------------------------------------------------------------- result
@@ -304,6 +344,7 @@ class VectorSchedulingEnv:
         self.reward_kind: RewardKind = reward
         self._start_range = (sequence_length, upper - sequence_length - 1)
         self._jobs = _jobs(trace)
+        self._lists = _lists(self._jobs)
         self._by_fcfs = np.argsort(self._jobs.fcfs_rank, kind="stable").astype(np.int64)
         self._ppn = trace.procs_per_node
         self._capacity = trace.max_nodes * self._ppn
@@ -319,7 +360,13 @@ class VectorSchedulingEnv:
         if start is None:
             start = int(self._rng.integers(*self._start_range))
         ep = _Episode(
-            self._jobs, start, self.sequence_length, self.trace.max_nodes, self.easy, self._by_fcfs
+            self._jobs,
+            self._lists,
+            start,
+            self.sequence_length,
+            self.trace.max_nodes,
+            self.easy,
+            self._by_fcfs,
         )
         ep.next_round()
         self._episodes[b] = ep
@@ -367,42 +414,53 @@ class VectorSchedulingEnv:
         mask_out = np.zeros((b_count, n), dtype=np.int8)
         index = np.full((b_count, n), -1, dtype=np.int64)
         jobs_parts: list[IntVec] = []
-        env_parts: list[IntVec] = []
-        fit_parts: list[npt.NDArray[np.bool_]] = []
-        ctx = np.zeros((b_count, 8), dtype=np.float64)
-        self._windows = []
-        self._row_masks = []
+        widths: list[int] = []
+        ctx: list[tuple[float, ...]] = []
+        frees: list[int] = []
+        windows: list[IntVec] = []
+        row_masks: list[npt.NDArray[np.bool_]] = []
+        c = self._capacity
+        ppn = self._ppn
         for b, ep in enumerate(self._episodes):
-            cands = ep.candidates()
-            mask = ep.mask(cands)
-            rows = self._window(ep, cands, mask)
-            self._windows.append(cands[rows])
-            self._row_masks.append(mask[rows])
-            width = rows.shape[0]
-            mask_out[b, :width] = mask[rows]
-            index[b, :width] = rows
-            chosen = cands[rows]
+            cands, mask = ep.view()
+            count = cands.shape[0]
+            if count <= n:
+                chosen, row_mask = cands, mask
+                index[b, :count] = np.arange(count)
+            else:
+                rows = self._window(ep, cands, mask)
+                chosen, row_mask = cands[rows], mask[rows]
+                index[b, : rows.shape[0]] = rows
+            width = chosen.shape[0]
+            windows.append(chosen)
+            row_masks.append(row_mask)
+            mask_out[b, :width] = row_mask
             jobs_parts.append(chosen)
-            env_parts.append(np.full(width, b, dtype=np.int64))
-            fit_parts.append(self._jobs.tasks[chosen] <= ep.free)
-            free_cpu = float(ep.free) * self._ppn
-            c = self._capacity
+            widths.append(width)
+            frees.append(ep.free)
+            free_cpu = float(ep.free) * ppn
             reserved = ep.backfill_phase or ep.stopped
-            ctx[b] = (
-                ep.now,
-                free_cpu,
-                1.0 if reserved else 0.0,
-                ep.shadow if reserved else 0.0,
-                float(ep.reserved if reserved else -1),
-                1.0 if ep.backfill_phase else 0.0,
-                math.log1p(cands.shape[0]) / _LOG_QUEUE,
-                min(free_cpu, c) / c if c > 0.0 else 0.0,
+            ctx.append(
+                (
+                    ep.now,
+                    free_cpu,
+                    1.0 if reserved else 0.0,
+                    ep.shadow if reserved else 0.0,
+                    float(ep.reserved if reserved else -1),
+                    1.0 if ep.backfill_phase else 0.0,
+                    math.log1p(count) / _LOG_QUEUE,
+                    min(free_cpu, c) / c if c > 0.0 else 0.0,
+                )
             )
+        self._windows = windows
+        self._row_masks = row_masks
         jobs = np.concatenate(jobs_parts)
-        env = np.concatenate(env_parts)
-        fits = np.concatenate(fit_parts)
-        feats = self._features(jobs, env, fits, ctx)
-        row = np.concatenate([np.arange(p.shape[0]) for p in jobs_parts])
+        width_arr = np.asarray(widths, dtype=np.int64)
+        env = np.repeat(np.arange(b_count, dtype=np.int64), width_arr)
+        offsets = np.cumsum(width_arr) - width_arr
+        row = np.arange(jobs.shape[0], dtype=np.int64) - np.repeat(offsets, width_arr)
+        fits = self._jobs.tasks[jobs] <= np.repeat(np.asarray(frees, dtype=np.int64), width_arr)
+        feats = self._features(jobs, env, fits, np.asarray(ctx, dtype=np.float64))
         obs[env, row] = feats
         infos: dict[str, Any] = {
             "action_mask": mask_out.copy(),
