@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,6 @@ import pytest
 
 from tests.fixtures import onnx_models as m
 
-PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -143,20 +141,6 @@ def redis_server() -> Iterator[RedisServer]:
     server.start()
     yield server
     server.kill()
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    psycopg2 = pytest.importorskip("psycopg2")
-    name = f"kairos_batching_{uuid.uuid4().hex[:12]}"
-    conn = psycopg2.connect(PG_ADMIN)
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    conn.close()
 
 
 @pytest.fixture

@@ -66,9 +66,10 @@ def metric(text: str, name: str) -> float:
     return float(found.group(1))
 
 
-def stored_request_ids(pg_url: str) -> list[str]:
+def stored_request_ids(pg_url: str, ids: list[str]) -> list[str]:
+    """The stored decisions' request ids among ``ids`` (one entry per stored row)."""
     with psycopg2.connect(pg_url) as conn, conn.cursor() as cur:
-        cur.execute("SELECT request_id FROM decisions")
+        cur.execute("SELECT request_id FROM decisions WHERE request_id = ANY(%s)", (ids,))
         return [row[0] for row in cur.fetchall()]
 
 
@@ -93,7 +94,7 @@ def test_two_workers_400_concurrent_decisions(
     assert all(a["allocations"] for a in answers)
     ids = [a["request_id"] for a in answers]
     assert len(set(ids)) == 400
-    stored = stored_request_ids(pg_url)
+    stored = stored_request_ids(pg_url, ids)
     assert sorted(stored) == sorted(ids)  # each decision stored exactly once
     text = httpx.get(f"{service.base_url}/metrics").text
     count = metric(text, "kairos_batch_size_count")
@@ -144,7 +145,7 @@ def test_redis_killed_mid_flight_then_back(
     assert {a["request_id"] for a in after} <= delivered  # answered by the workers again
     client.close()
     ids = [a["request_id"] for a in answers + during + after]
-    assert sorted(stored_request_ids(pg_url)) == sorted(ids)
+    assert sorted(stored_request_ids(pg_url, ids)) == sorted(ids)
 
 
 def test_sigkilled_worker_pending_entries_are_reclaimed(
@@ -175,5 +176,5 @@ def test_sigkilled_worker_pending_entries_are_reclaimed(
     assert client.xpending("kairos:requests", "kairos:workers")["pending"] == 0
     assert client.keys("kairos:reply:*") == []  # nothing delivered twice
     ids = [a["request_id"] for a in answers]
-    assert sorted(stored_request_ids(pg_url)) == sorted(ids)
+    assert sorted(stored_request_ids(pg_url, ids)) == sorted(ids)
     client.close()
