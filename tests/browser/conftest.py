@@ -121,8 +121,10 @@ def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     yield from _serve(tmp_path_factory.mktemp("serve-keys"), {"KAIROS_API_KEYS": "acme:sk-acme-ui"})
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright_api():
+    """Module-scoped: Playwright's sync API keeps an event loop running in this thread while it
+    is open, so it must be closed before any asyncio test in another module starts."""
     sync_api = pytest.importorskip("playwright.sync_api")
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is missing (make browser-deps installs Debian's chromium)")
