@@ -409,3 +409,25 @@ class TestHelpers:
         assert earliest_start(state, cpu_job("q", 11, 1.0, 0.0)) == 200.0
         assert earliest_start(state, cpu_job("q", 6, 1.0, 0.0)) == 10.0
         assert earliest_start(state, cpu_job("q", 13, 1.0, 0.0)) is None
+
+
+class TestLockStep:
+    def test_interleaved_runs_equal_separate_decisions(self):
+        """The batched pipeline drives many runs one step at a time; runs share no state."""
+        states = [
+            TestEasyBackfilling().state(),
+            cluster(0.0, {"n1": 8}, pending=tuple(cpu_job(f"j{i}", 3, 10.0, i) for i in range(4))),
+            cluster(5.0, {"n1": 2, "n2": 2}, pending=(cpu_job("a", 4, 1.0, 0.0),)),
+        ]
+        runs = [DecisionRun(s, EASY) for s in states]
+        while not all(r.done for r in runs):
+            live = [r for r in runs if not r.done]
+            views = [r.view() for r in live]  # one "batch"
+            for run, view in zip(live, views, strict=True):
+                run.apply(view.mask.index(True))
+        policy = FirstMasked()
+        for run, state in zip(runs, states, strict=True):
+            alone = decide(state, policy, EASY)
+            together = run.result(policy.ref)
+            assert together.allocations == alone.allocations
+            assert together.reservations == alone.reservations

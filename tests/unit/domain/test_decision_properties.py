@@ -151,6 +151,19 @@ class FirstMasked:
         return view.mask.index(True)
 
 
+class OrderedStepper:
+    """Steps like the ordering path: the allowed candidate that comes first in the heuristic."""
+
+    def __init__(self, name: str) -> None:
+        self.heuristic = HEURISTICS[name]
+        self.ref = PolicyRef(f"stepped-{name}", "test", "onnx")
+
+    def pick(self, view):
+        rank = {j.id: i for i, j in enumerate(self.heuristic.order(view.candidates, view.now))}
+        allowed = [i for i, ok in enumerate(view.mask) if ok]
+        return min(allowed, key=lambda i: rank[view.candidates[i].id])
+
+
 class RandomMasked:
     ref = PolicyRef("random-masked", "test", "onnx")
 
@@ -245,6 +258,14 @@ class TestDecisionProperties:
         assert stepped.allocations == ordered.allocations
         assert stepped.reservations == ordered.reservations
         check_invariants(state, stepped, config)
+
+    @settings(max_examples=100, deadline=None)
+    @given(state=states(), config=configs, name=st.sampled_from(sorted(HEURISTICS)))
+    def test_stepping_in_heuristic_order_equals_the_ordering_path(self, state, config, name):
+        stepped = decide(state, OrderedStepper(name), config)
+        ordered = decide(state, HEURISTICS[name], config)
+        assert stepped.allocations == ordered.allocations
+        assert stepped.reservations == ordered.reservations
 
     @SETTINGS
     @given(state=states(), config=configs, seed=st.integers(0, 2**32 - 1))
