@@ -25,8 +25,10 @@ COPY migrations ./migrations
 COPY kairos ./kairos
 COPY sim ./sim
 COPY app ./app
-COPY models ./models
-RUN pip install --no-deps -e . \
+# Trained policies are not baked in: compose mounts ./models read-only at /app/models (add or swap a
+# policy without rebuilding); without a mount the service runs its heuristics.
+RUN mkdir -p /app/models \
+    && pip install --no-deps -e . \
     && python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
 
 # The code stays root-owned and read-only to the service user.

@@ -204,7 +204,8 @@ class TestDockerfile:
         assert install_lines
         assert not any("[train]" in line or "torch" in line for line in install_lines)
 
-    def test_copied_paths_exist_and_are_not_ignored(self, dockerfile):
+    def test_copied_paths_are_tracked_and_not_ignored(self, dockerfile):
+        """Every COPY source exists in a fresh clone (git-tracked), not only in this checkout."""
         ignored = {
             line.strip()
             for line in (ROOT / ".dockerignore").read_text().splitlines()
@@ -214,6 +215,16 @@ class TestDockerfile:
             sources = [part for part in line.split()[:-1] if not part.startswith("--")]
             for source in sources:
                 assert (ROOT / source).exists(), f"COPY {source}: missing"
+                if (ROOT / ".git").exists():
+                    tracked = subprocess.run(
+                        ["git", "ls-files", "--", source],
+                        capture_output=True,
+                        text=True,
+                        cwd=ROOT,
+                        check=True,
+                        timeout=30,
+                    ).stdout
+                    assert tracked.strip(), f"COPY {source}: nothing tracked by git there"
                 assert source not in ignored, f"COPY {source}: excluded by .dockerignore"
 
     def test_cmd_is_a_kairos_command(self, dockerfile):
