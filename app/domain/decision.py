@@ -244,6 +244,7 @@ class DecisionRun:
         self._stopped = False
         self._picks: list[str] = []
         self._fit_cache: dict[tuple[object, ...], RowPlacement | None] = {}
+        self._hold_cache: dict[tuple[object, ...], bool] = {}  # rule (b) per job shape
         self._step: _StepCache | None = None
         self._max_free: list[float] | None = None
         self._reachable: FloatArray | None = None
@@ -454,6 +455,7 @@ class DecisionRun:
         )
         self._allocated.add(info.job.id)
         self._fit_cache.clear()
+        self._hold_cache.clear()
         self._max_free = None
         if (
             self.config.max_allocations is not None
@@ -529,11 +531,15 @@ class DecisionRun:
         assert shadow_free is not None
         if self.now + info.job.walltime_s <= reservation.start_at:
             return rows
-        for row, t in rows:
-            shadow_free[row] -= t * info.demand
-        ok = self._feasible_on(shadow_free, reserved)
-        for row, t in rows:
-            shadow_free[row] += t * info.demand
+        # same shape, same placement, same answer until the next allocation
+        ok = self._hold_cache.get(info.key)
+        if ok is None:
+            for row, t in rows:
+                shadow_free[row] -= t * info.demand
+            ok = self._feasible_on(shadow_free, reserved)
+            for row, t in rows:
+                shadow_free[row] += t * info.demand
+            self._hold_cache[info.key] = ok
         return rows if ok else None
 
     def _reserve(self, info: _Info) -> None:
