@@ -431,3 +431,28 @@ class TestLockStep:
             together = run.result(policy.ref)
             assert together.allocations == alone.allocations
             assert together.reservations == alone.reservations
+
+
+class TestRobustness:
+    def test_ordering_policy_returning_unknown_or_repeated_jobs(self):
+        class Sloppy:
+            ref = PolicyRef("sloppy", "1", "heuristic")
+
+            def order(self, jobs, now):
+                ghost = cpu_job("ghost", 1, 1.0, 0.0)
+                return [ghost, *jobs, *jobs]
+
+        state = cluster(
+            0.0, {"n1": 4}, pending=(cpu_job("a", 2, 1.0, 0.0), cpu_job("b", 2, 1.0, 1.0))
+        )
+        d = decide(state, Sloppy(), EASY)
+        assert list(allocated(d)) == ["a", "b"]
+        assert d.explain["order"] == ["a", "b"]
+
+    def test_no_node_up(self):
+        state = cluster(0.0, {"n1": 4}, pending=(cpu_job("a", 1, 1.0, 0.0),), states={"n1": "down"})
+        d = decide(state, FCFS, EASY)
+        assert d.allocations == ()
+        assert d.reservations == ()
+        assert d.explain["not_started"] == {"a": "unschedulable: no node is up"}
+        assert DecisionRun(state).done
