@@ -8,7 +8,8 @@ Usage: ``python -m benchmarks.simulate [--kth PATH] [--repeat N] [--quick]``
   semantics measured in this run, and (b) RLScheduler's published speeds on this kind of machine
   (SJF 85k jobs/s without / 47k with backfilling, F1 16k / 29k; environment 4.1k steps/s);
 * kairos semantics (``sim.kairos``: every decision through ``app.domain.decision.decide``);
-* ``sim.env.SchedulingEnv`` steps/s (the service's decision step + the shared encoder).
+* ``sim.env.SchedulingEnv`` steps/s (the service's decision step + the shared encoder), and
+  ``sim.vecenv.VectorSchedulingEnv`` (the same steps on node counts, batched).
 
 Rates use process CPU time (the development machines are shared); wall time is printed too.
 """
@@ -32,6 +33,7 @@ from sim.kairos import simulate_kairos
 from sim.rlscheduler import sample_starts, simulate_sequence
 from sim.rlscheduler_reference import reference_simulate
 from sim.traces.swf import SwfTrace, load_swf
+from sim.vecenv import VectorSchedulingEnv
 
 ROOT = Path(__file__).resolve().parents[1]
 LUBLIN1 = ROOT / "data" / "lublin_256.swf.gz"
@@ -156,6 +158,29 @@ def bench_env(trace: SwfTrace, steps: int) -> None:
     )
 
 
+def bench_vector_env(trace: SwfTrace, steps: int, sizes: tuple[int, ...] = (1, 16, 64)) -> None:
+    print(
+        "\nVectorSchedulingEnv (batched node-count re-statement, step-identical to SchedulingEnv)"
+    )
+    target = TARGET_FACTOR * PUBLISHED_ENV_STEPS
+    for num_envs in sizes:
+        env = VectorSchedulingEnv(trace, num_envs, sequence_length=256, backfill=Backfill.EASY)
+        _, info = env.reset(seed=0)
+        done_steps = 0
+        c0, w0 = time.process_time(), time.perf_counter()
+        while done_steps < steps:
+            actions = info["action_mask"].argmax(axis=1)  # first allowed row
+            _, _, _, _, info = env.step(actions)
+            done_steps += num_envs
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        rate = done_steps / cpu
+        print(
+            f"  {num_envs:>3} envs: {rate:>9,.0f} steps/s CPU ({done_steps / wall:,.0f} wall); "
+            f"x{rate / PUBLISHED_ENV_STEPS:.1f} RLScheduler's; target {target:,.0f}: "
+            f"{'met' if rate >= target else 'MISSED'}"
+        )
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.simulate")
     parser.add_argument("--kth", type=Path, default=KTH_DEFAULT, help="KTH-SP2 SWF trace")
@@ -180,6 +205,7 @@ def main(argv: list[str]) -> int:
         print(f"\nKTH-SP2 skipped: {args.kth} not found (pass --kth PATH)")
     bench_kairos(lublin, starts[0], 1024)
     bench_env(lublin, 2000)
+    bench_vector_env(lublin, 12_000)
     return 0
 
 

@@ -21,16 +21,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from app.domain.decision import DecisionConfig
 from app.domain.errors import UnknownHeuristicError
 from app.domain.heuristics import HEURISTIC_CLASSES, get_heuristic
 from app.domain.policy import OrderingPolicy, SteppingPolicy
 from app.domain.types import Backfill
-from sim.kairos import simulate_kairos
+from sim.engine import Semantics, run_sequence
 from sim.metrics import (
     avg_bounded_slowdown,
     avg_wait,
@@ -39,10 +38,9 @@ from sim.metrics import (
     utilization_makespan,
     utilization_rlscheduler,
 )
-from sim.rlscheduler import RlsPolicy, SequenceResult, sample_starts, simulate_sequence
+from sim.rlscheduler import RlsPolicy, SequenceResult, sample_starts
 from sim.traces.swf import SwfTrace, load_swf
 
-Semantics = Literal["kairos", "rlscheduler"]
 PolicyLoader = Callable[[str], OrderingPolicy | SteppingPolicy | None]
 LOADER_ENTRY_POINT_GROUP = "kairos.policy_loaders"
 
@@ -172,19 +170,17 @@ def run_one(
     length: int,
     backfill: Backfill,
     semantics: Semantics,
-    policy: OrderingPolicy | SteppingPolicy | None = None,
 ) -> SequenceResult:
-    """One policy on one sequence under the chosen semantics."""
+    """One policy (by name, resolved as ``--policies`` does) on one sequence."""
     if semantics == "rlscheduler":
-        return simulate_sequence(
-            trace, start, length, policy_name.lower(), backfill=backfill is Backfill.EASY
-        )
-    if policy is None:
-        resolved = resolve_policy(policy_name, semantics)
-        assert resolved is not None
-        policy = resolved
-    return simulate_kairos(
-        trace, start, length, policy, config=DecisionConfig(backfill=backfill), pooled=True
+        return run_sequence(
+            trace, policy_name, start=start, length=length, backfill=backfill,
+            semantics="rlscheduler",
+        )  # fmt: skip
+    policy = resolve_policy(policy_name, semantics)
+    assert policy is not None
+    return run_sequence(
+        trace, policy, start=start, length=length, backfill=backfill, semantics="kairos"
     )
 
 

@@ -217,18 +217,22 @@ def _reserve(
     decides the release order of jobs ending at the same time later on.
     Returns ``(shadow, running heap, counter)``.
     """
-    order = sorted(e for e in running if e[1] < mark)
-    order += sorted((e for e in running if e[1] >= mark), key=lambda e: e[1])
-    order.sort(key=lambda e: start[e[2]] + request[e[2]])
+    # list position before the sort: (tail?, end if not tail, rank); then stable sort by
+    # requested end == sort by (requested end, position)
+    order = sorted(
+        [
+            (start[e[2]] + request[e[2]], e[1] >= mark, 0.0 if e[1] >= mark else e[0], e[1], e)
+            for e in running
+        ]
+    )
     free_procs = free * ppn
     shadow = now
-    for e in order:
-        k = e[2]
-        free_procs += nodes[k] * ppn
-        shadow = start[k] + request[k]
+    for d in order:
+        free_procs += nodes[d[4][2]] * ppn
+        shadow = d[0]
         if free_procs >= procs_needed:
             break
-    reranked = [(e[0], counter + p, e[2]) for p, e in enumerate(order)]
+    reranked = [(d[4][0], counter + p, d[4][2]) for p, d in enumerate(order)]
     heapq.heapify(reranked)
     return shadow, reranked, counter + len(order)
 

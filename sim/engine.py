@@ -1,0 +1,47 @@
+"""One entry point for both semantics: run one policy on one job sequence of a trace."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from app.domain.decision import DecisionConfig
+from app.domain.heuristics import get_heuristic
+from app.domain.policy import OrderingPolicy, SteppingPolicy
+from app.domain.types import Backfill
+from sim.kairos import simulate_kairos
+from sim.rlscheduler import RlsPolicy, SequenceResult, simulate_sequence
+from sim.traces.swf import SwfTrace
+
+Semantics = Literal["kairos", "rlscheduler"]
+
+
+def run_sequence(
+    trace: SwfTrace,
+    policy: str | OrderingPolicy | SteppingPolicy,
+    *,
+    start: int,
+    length: int,
+    backfill: Backfill = Backfill.EASY,
+    semantics: Semantics = "kairos",
+) -> SequenceResult:
+    """Jobs ``[start, start + length)`` of ``trace`` from an empty cluster.
+
+    ``semantics="rlscheduler"`` takes an RLScheduler heuristic name (:class:`RlsPolicy`);
+    ``"kairos"`` takes a heuristic name of :mod:`app.domain.heuristics` or a policy object
+    (e.g. an ONNX policy) and drives the service's decision core, on a pooled machine (decisions
+    equal the per-node machine's, see :mod:`sim.kairos`).
+    """
+    if semantics == "rlscheduler":
+        if not isinstance(policy, str):
+            raise TypeError("rlscheduler semantics runs RLScheduler's heuristics, by name")
+        return simulate_sequence(
+            trace,
+            start,
+            length,
+            RlsPolicy(policy.strip().lower()),
+            backfill=backfill is Backfill.EASY,
+        )
+    resolved = get_heuristic(policy) if isinstance(policy, str) else policy
+    return simulate_kairos(
+        trace, start, length, resolved, config=DecisionConfig(backfill=backfill), pooled=True
+    )
