@@ -12,11 +12,13 @@ selector, not here.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +103,7 @@ class PolicyRegistry:
         self.models_dir = models_dir
         self.options = options or RuntimeOptions()
         self._entries: dict[tuple[str, str], ModelEntry] = {}
+        self._misses: dict[str, float] = {}
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ loading
@@ -187,6 +190,36 @@ class PolicyRegistry:
         loaded = [e for e in candidates if e.loaded]
         pool = loaded or candidates
         return max(pool, key=lambda e: version_key(e.version))
+
+    def find_or_load(self, spec: str, *, retry_after_s: float = 5.0) -> ModelEntry | None:
+        """:meth:`find`, else look on disk for a model installed since startup (by another
+        process sharing ``MODELS_DIR``, e.g. an upload to the API seen by a worker).
+
+        A miss is re-checked on disk at most every ``retry_after_s`` seconds per name.
+        """
+        entry = self.find(spec)
+        if entry is not None:
+            return entry
+        name, version = split_name(spec)
+        if not _SEGMENT.match(name) or (version is not None and not _SEGMENT.match(version)):
+            return None
+        now = time.monotonic()
+        with self._lock:
+            if now - self._misses.get(spec, -math.inf) < retry_after_s:
+                return None
+            self._misses[spec] = now
+        model_dir = self.models_dir / name
+        if not model_dir.is_dir():
+            return None
+        versions = [version] if version is not None else [p.name for p in model_dir.iterdir()]
+        for v in versions:
+            directory = model_dir / v
+            if not directory.is_dir() or not _SEGMENT.match(v) or v.startswith("."):
+                continue
+            loaded = self._load(name, v, directory)
+            with self._lock:
+                self._entries.setdefault((name, v), loaded)
+        return self.find(spec)
 
     def names(self) -> Iterable[str]:
         return sorted({e.name for e in self.entries()})

@@ -124,7 +124,7 @@ def resolve(spec: str, registry: PolicyRegistry | None) -> _Resolved:
         return _Resolved(heuristic=get_heuristic(spec))
     except UnknownHeuristicError:
         pass
-    entry = registry.find(spec) if registry is not None else None
+    entry = registry.find_or_load(spec) if registry is not None else None
     if entry is None:
         return _Resolved(reason=FallbackReason.MODEL_MISSING, detail=f"no policy named {spec!r}")
     if entry.policy is None:

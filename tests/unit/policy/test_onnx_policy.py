@@ -196,3 +196,15 @@ def test_registry_install_is_atomic_and_refuses_bad_uploads(tmp_path: Path) -> N
     assert [p.name for p in (tmp_path / "hpc-up").iterdir()] == ["3"]  # no staging left behind
     fresh = PolicyRegistry(tmp_path)
     assert [e.loaded for e in fresh.discover()] == [True]
+
+
+def test_registry_finds_models_installed_after_startup(tmp_path: Path) -> None:
+    registry = PolicyRegistry(tmp_path)
+    registry.discover()
+    assert registry.find_or_load("hpc-late") is None
+    m.write_model(tmp_path, "hpc-late", "1", m.kernel_model())
+    assert registry.find_or_load("hpc-late") is None  # a recent miss is not re-checked yet
+    entry = registry.find_or_load("hpc-late", retry_after_s=0.0)
+    assert entry is not None
+    assert entry.loaded
+    assert registry.find("hpc-late@1") is entry

@@ -1,0 +1,249 @@
+"""``/v1/decide`` throughput and latency: embedded pipeline, Redis with 1 and 2 workers, and the
+ceiling (a bare FastAPI endpoint that only parses the same payload), all measured in this run.
+
+Usage: ``python -m benchmarks.decide [--seconds S] [--clients 1,8,32,64] [--policy NAME]``
+
+The snapshot is 16 nodes x 64 pending jobs. The policy is ``hpc-kernel`` when ``models/`` ships
+one, else a kernel-shaped ONNX model built here from fixed weights (``--policy f1`` measures the
+heuristic path). Every server is a ``kairos serve`` subprocess on its own SQLite file (the
+embedded default); Redis runs are against ``KAIROS_BENCH_REDIS_URL`` (default
+``redis://127.0.0.1:6379/0``) under a fresh key prefix. Prints requests/s, p50/p99 latency, the
+share of decisions taken by the fallback, and the ratio to the ceiling at the same concurrency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bare_app() -> Any:
+    """The ceiling: parse the same ``DecideRequest`` and answer a constant."""
+    from fastapi import FastAPI
+
+    from app.schemas.decision import DecideRequest
+
+    app = FastAPI()
+
+    @app.post("/v1/decide")
+    async def decide(body: DecideRequest) -> dict[str, Any]:
+        return {"jobs": len(body.pending), "fallback": {"used": False}}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def snapshot(policy: str, seed: int = 0) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    return {
+        "now": 1_000_000.0,
+        "nodes": [{"id": f"n{k:02d}", "capacity": {"cpu": 32}} for k in range(16)],
+        "pending": [
+            {
+                "id": f"j{i:03d}",
+                "per_task": {"cpu": int(rng.integers(1, 33))},
+                "walltime_s": float(rng.integers(60, 36_000)),
+                "submit_time": 1_000_000.0 - float(rng.integers(0, 20_000)),
+            }
+            for i in range(64)
+        ],
+        "policy": policy,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    name: str
+    procs: list[subprocess.Popen[bytes]]
+    url: str
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _wait_up(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def start(name: str, workdir: Path, models: Path, redis_url: str | None, workers: int) -> Server:
+    port = free_port()
+    env = {
+        **os.environ,
+        "KAIROS_DATABASE_URL": f"sqlite:///{workdir / (name + '.db')}",
+        "KAIROS_MODELS_DIR": str(models),
+        "KAIROS_LOG_LEVEL": "warning",
+    }
+    if redis_url:
+        env["KAIROS_REDIS_URL"] = redis_url
+        env["KAIROS_REDIS_PREFIX"] = f"bench-{uuid.uuid4().hex[:8]}"
+    procs = []
+    if name == "ceiling":
+        procs.append(
+            _spawn(
+                [
+                    "-m",
+                    "uvicorn",
+                    "--factory",
+                    "benchmarks.decide:bare_app",
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                ],
+                env,
+            )
+        )
+    else:
+        procs.append(_spawn(["-m", "kairos", "serve", "--port", str(port)], env))
+        procs += [_spawn(["-m", "kairos", "worker"], env) for _ in range(workers)]
+    url = f"http://127.0.0.1:{port}"
+    _wait_up(url)
+    return Server(name, procs, url)
+
+
+@dataclass
+class Result:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    fallback: float
+    errors: int
+
+
+async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
+    bodies = [snapshot(policy, seed) for seed in range(16)]
+    latencies: list[float] = []
+    fallbacks = 0
+    errors = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def client(k: int) -> None:
+        nonlocal fallbacks, errors
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            i = k
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                r = await http.post("/v1/decide", json=bodies[i % len(bodies)])
+                latencies.append(time.perf_counter() - t0)
+                if r.status_code != 200:
+                    errors += 1
+                elif r.json().get("fallback", {}).get("used"):
+                    fallbacks += 1
+                i += clients
+
+    async with httpx.AsyncClient(base_url=url, timeout=30) as warm:
+        for _ in range(3):
+            await warm.post("/v1/decide", json=bodies[0])
+    started = time.perf_counter()
+    await asyncio.gather(*(client(k) for k in range(clients)))
+    elapsed = time.perf_counter() - started
+    lat = np.array(latencies) * 1000.0
+    return Result(
+        rps=len(latencies) / elapsed,
+        p50_ms=float(np.percentile(lat, 50)),
+        p99_ms=float(np.percentile(lat, 99)),
+        fallback=fallbacks / max(1, len(latencies)),
+        errors=errors,
+    )
+
+
+def model_dir(work: Path) -> tuple[Path, str]:
+    shipped = ROOT / "models" / "hpc-kernel"
+    if shipped.is_dir():
+        return ROOT / "models", "hpc-kernel"
+    sys.path.insert(0, str(ROOT))
+    from tests.fixtures.onnx_models import kernel_model, write_model
+
+    root = work / "models"
+    write_model(root, "hpc-bench", "1", kernel_model(seed=1, hidden=32))
+    return root, "hpc-bench"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.decide")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per concurrency level")
+    parser.add_argument("--clients", default="1,8,32,64")
+    parser.add_argument("--policy", default=None, help="default: the ONNX model")
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("KAIROS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    )
+    parser.add_argument("--skip-redis", action="store_true")
+    args = parser.parse_args(argv)
+    levels = [int(c) for c in args.clients.split(",")]
+    with tempfile.TemporaryDirectory(prefix="kairos-bench-") as tmp:
+        work = Path(tmp)
+        models, onnx_name = model_dir(work)
+        policy = args.policy or onnx_name
+        configs: list[tuple[str, str | None, int]] = [("ceiling", None, 0), ("embedded", None, 0)]
+        if not args.skip_redis:
+            configs += [("redis-1w", args.redis_url, 1), ("redis-2w", args.redis_url, 2)]
+        results: dict[tuple[str, int], Result] = {}
+        for name, redis_url, workers in configs:
+            server = start(name, work, models, redis_url, workers)
+            try:
+                for clients in levels:
+                    results[(name, clients)] = asyncio.run(
+                        load(server.url, clients, args.seconds, policy)
+                    )
+            finally:
+                server.stop()
+        print(f"/v1/decide, 16 nodes x 64 jobs, policy {policy}, {args.seconds:.0f} s per cell")
+        print(f"{'config':<10} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+              f"{'fallback':>8} {'errors':>6} {'x ceiling':>9}")  # fmt: skip
+        for (name, clients), r in results.items():
+            ceiling = results[("ceiling", clients)].rps
+            print(f"{name:<10} {clients:>7} {r.rps:>8.1f} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} "
+                  f"{r.fallback:>8.1%} {r.errors:>6} {r.rps / ceiling:>9.2f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
