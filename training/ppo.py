@@ -80,6 +80,9 @@ class Args:
     """number of evaluation windows excluded from training"""
     eval_length: int = 1024
     """length of each evaluation window"""
+    eval_slices: tuple[int, ...] = (0, 10_000)
+    """the windows are drawn over the first K jobs of each trace for each K here (0: all jobs);
+    both the whole-trace protocol and RLScheduler's ``batch_job_slice = 10000`` are excluded"""
     train_fraction: float = 1.0
     """use only the first fraction of each trace (by job index) for training starts"""
 
@@ -360,9 +363,16 @@ class TrainingData:
         tables, excluded, starts = [], [], []
         for path in args.trace:
             table = JobTable.from_swf(path)
-            windows = evaluation_windows(
-                table.n_jobs, args.eval_seed, args.eval_sequences, args.eval_length
-            )
+            windows = {
+                w
+                for k in args.eval_slices
+                for w in evaluation_windows(
+                    min(k, table.n_jobs) if k > 0 else table.n_jobs,
+                    args.eval_seed,
+                    args.eval_sequences,
+                    args.eval_length,
+                )
+            }
             ranges = merge_ranges([(w, w + args.eval_length) for w in windows])
             tables.append(table)
             excluded.append(ranges)
@@ -742,7 +752,8 @@ def train(args: Args) -> Path:  # noqa: C901 - cleanrl's loop, kept in one piece
             "traces": data.describe(),
             "data_split": (
                 "training episodes never overlap the evaluation windows of the paper's protocol "
-                f"(seed {args.eval_seed}, {args.eval_sequences} x {args.eval_length} jobs): "
+                f"(seed {args.eval_seed}, {args.eval_sequences} x {args.eval_length} jobs, drawn "
+                f"over the first K jobs for K in {list(args.eval_slices)}, 0 = whole trace): "
                 "only starts whose whole episode lies in training_job_ranges are sampled; "
                 "checkpoints are selected on validation sequences from the same ranges"
             ),
