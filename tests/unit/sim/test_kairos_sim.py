@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from app.domain.decision import DecisionConfig, apply_decision, earliest_start
 from app.domain.heuristics import get_heuristic
-from app.domain.types import Backfill, ClusterState, Decision
+from app.domain.policy import StepView
+from app.domain.types import Backfill, ClusterState, Decision, PolicyRef
 from sim.kairos import KairosSimulator, simulate_kairos, workload_from_trace
 from sim.metrics import avg_bounded_slowdown
 from sim.rlscheduler import simulate_sequence
@@ -157,3 +158,22 @@ def test_easy_backfilling_helps_on_lublin():
         results[Backfill.NONE]
     )
     assert np.isfinite(results[Backfill.EASY].start).all()
+
+
+class FirstAllowed:
+    """A stepping policy (the ONNX policies' interface): the first pickable candidate."""
+
+    ref = PolicyRef("first-allowed", "1", "test")
+
+    def pick(self, view: StepView) -> int:
+        return view.mask.index(True)
+
+
+@pytest.mark.parametrize("backfill", [Backfill.NONE, Backfill.EASY])
+def test_stepping_policy_path_equals_fcfs_ordering(backfill):
+    """decide() drives stepping policies step by step; first-allowed in FCFS order is FCFS."""
+    trace = load_swf(DATA / "lublin_256.swf.gz")
+    config = DecisionConfig(backfill=backfill)
+    stepping = simulate_kairos(trace, 4022, 160, FirstAllowed(), config=config, pooled=True)
+    ordering = simulate_kairos(trace, 4022, 160, get_heuristic("fcfs"), config=config, pooled=True)
+    assert stepping.start.tolist() == ordering.start.tolist()
