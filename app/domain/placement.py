@@ -31,6 +31,10 @@ from app.domain.types import Job, Node, NodeState, Placement, PlacementStrategy,
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 
+#: best-fit / Tetris scores are rounded to this many decimals before sorting, so that scores equal
+#: up to float noise tie, and the tie breaks by node id
+SCORE_DECIMALS = 9
+
 #: one gang's placement on the rows of a node matrix: (row index, tasks)
 RowPlacement = list[tuple[int, int]]
 
@@ -116,11 +120,13 @@ def place_rows(
     if strategy == PlacementStrategy.BEST_FIT:
         used = np.minimum(k, float(tasks))
         left = ((free - used[:, None] * demand[None, :]) * inv_capacity).sum(axis=1)
+        left = np.round(left, SCORE_DECIMALS)  # float noise must not beat the id tie-break
         # primary: can hold the whole gang (False sorts first), then least left; lexsort is
         # stable, so equal keys keep row (id) order
         order = np.lexsort((left, ~holds_all))
     else:  # TETRIS
         alignment = ((demand[None, :] * inv_capacity) * (free * inv_capacity)).sum(axis=1)
+        alignment = np.round(alignment, SCORE_DECIMALS)
         order = np.lexsort((-alignment,))  # stable: equal alignment keeps row (id) order
     candidates = order[k[order] > 0.0]
     if single_node:
