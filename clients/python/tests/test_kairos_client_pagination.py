@@ -46,7 +46,7 @@ class TestSyncPagination:
         page = page.get_next_page()
         assert [j.id for j in page.items] == ["j2", "j3"]
         assert not page.has_next_page()
-        with pytest.raises(StopIteration):
+        with pytest.raises(RuntimeError, match="last page"):
             page.get_next_page()
 
     def test_only_first_page_is_fetched_eagerly(self, client: Client, script: Script):
@@ -79,7 +79,7 @@ class TestAsyncPagination:
         nxt = await page.get_next_page()
         assert [j.id for j in nxt.items] == ["j2"]
         assert not nxt.has_next_page()
-        with pytest.raises(StopAsyncIteration):
+        with pytest.raises(RuntimeError, match="last page"):
             await nxt.get_next_page()
 
     async def test_async_iter_pages(self, aclient: AsyncClient, script: Script):

@@ -231,9 +231,13 @@ class TestBodies:
         assert got.agreement_rate == 0.75
         assert got.policies[0].jobs_primary_only == 1
 
-    def test_health(self, client: Client, script: Script):
+    def test_health(self, client: Client, script: Script, sleeps: list[float]):
         script.add(httpx.Response(200, json={"database": "ok", "queue": "ok", "policies": "ok"}))
         assert client.health()["database"] == "ok"
+        script.add(httpx.Response(503, json={"database": "down", "queue": "ok", "policies": "ok"}))
+        assert client.health()["database"] == "down"  # an answer, not retried
+        assert len(script.requests) == 2
+        assert sleeps == []
 
 
 class TestAsyncBodies:

@@ -17,6 +17,7 @@ from kairos_client._base_client import (
     RequestOptions,
     SyncAPIClient,
 )
+from kairos_client._exceptions import ServiceUnavailableError
 from kairos_client._params import plain
 from kairos_client._types import (
     NOT_GIVEN,
@@ -206,9 +207,14 @@ class Client(SyncAPIClient):
         return self.parse_model(Decision, self.request(options))
 
     def health(self, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> Mapping[str, object]:
-        """``GET /readyz``: which backends are ``ok``, ``degraded`` or ``down``."""
-        response = self.request(RequestOptions("GET", "/readyz", timeout=timeout))
-        return as_object(self._json(response)) or {}
+        """``GET /readyz`` once (no retries): ``{"database", "queue", "policies"}`` each ``ok``,
+        ``degraded`` or ``down``. A 503 (not ready) returns its body too; it is an answer."""
+        options = RequestOptions("GET", "/readyz", timeout=timeout)
+        try:
+            body: object = self._json(self.with_options(max_retries=0).request(options))
+        except ServiceUnavailableError as exc:
+            body = exc.body
+        return as_object(body) or {}
 
     def __enter__(self) -> Self:
         return self
@@ -334,9 +340,13 @@ class AsyncClient(AsyncAPIClient):
         return self.parse_model(Decision, await self.request(options))
 
     async def health(self, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> Mapping[str, object]:
-        """``GET /readyz``: which backends are ``ok``, ``degraded`` or ``down``."""
-        response = await self.request(RequestOptions("GET", "/readyz", timeout=timeout))
-        return as_object(self._json(response)) or {}
+        """``GET /readyz`` once (no retries); a 503 (not ready) returns its body too."""
+        options = RequestOptions("GET", "/readyz", timeout=timeout)
+        try:
+            body: object = self._json(await self.with_options(max_retries=0).request(options))
+        except ServiceUnavailableError as exc:
+            body = exc.body
+        return as_object(body) or {}
 
     async def __aenter__(self) -> Self:
         return self

@@ -43,7 +43,7 @@ class SyncCursorPage(Generic[_T]):
 
     def get_next_page(self) -> SyncCursorPage[_T]:
         if self.next_cursor is None:
-            raise StopIteration("this is the last page")
+            raise RuntimeError("this is the last page; check has_next_page() first")
         return self._fetch(self.next_cursor)
 
     def iter_pages(self) -> Iterator[SyncCursorPage[_T]]:
@@ -83,7 +83,7 @@ class AsyncCursorPage(Generic[_T]):
 
     async def get_next_page(self) -> AsyncCursorPage[_T]:
         if self.next_cursor is None:
-            raise StopAsyncIteration("this is the last page")
+            raise RuntimeError("this is the last page; check has_next_page() first")
         return await self._fetch(self.next_cursor)
 
     async def iter_pages(self) -> AsyncIterator[AsyncCursorPage[_T]]:
