@@ -132,11 +132,11 @@ class TestEdgeCases:
 class TestDeterminism:
     @pytest.mark.parametrize("strategy", [BF, TT])
     def test_scores_equal_up_to_float_noise_tie_by_id(self, strategy):
-        # 0.1 + 0.2 != 0.3 in floats: both nodes have the same free share up to noise
+        # 0.2 + 0.4 != 0.6 in floats: both nodes have the same free share up to noise
         nodes = (
-            Node("b", {"cpu": 1.0}, allocated={"cpu": 0.1 + 0.2}),
-            Node("a", {"cpu": 1.0}, allocated={"cpu": 0.3}),
+            Node("b", {"cpu": 1.0}, allocated={"cpu": 0.2 + 0.4}),
+            Node("a", {"cpu": 1.0}, allocated={"cpu": 0.6}),
         )
-        assert placed(place(Job("j", {"cpu": 0.5}, 1.0, 0.0), nodes, strategy=strategy)) == [
+        assert placed(place(Job("j", {"cpu": 0.05}, 1.0, 0.0), nodes, strategy=strategy)) == [
             ("a", 1)
         ]
