@@ -62,6 +62,10 @@ return 0
 """
 
 
+#: consecutive ping timeouts (not refusals) before the queue is reported degraded
+SLOW_PINGS_TO_DEGRADE = 3
+
+
 class QueueUnavailableError(Exception):
     """Redis could not be reached; the caller decides in-process."""
 
@@ -90,7 +94,7 @@ def _client(url: str) -> aioredis.Redis:
     # XREADGROUP BLOCK pass their own), health checks on idle connections
     return aioredis.Redis.from_url(
         url,
-        socket_connect_timeout=0.5,
+        socket_connect_timeout=2.0,
         health_check_interval=5,
         retry_on_timeout=False,
     )
@@ -116,6 +120,7 @@ class RedisQueue:
         self.ping_interval_s = ping_interval_s
         self.available = False
         self.in_flight = 0
+        self._slow_pings = 0
         self._redis: aioredis.Redis | None = None
         self._monitor: asyncio.Task[None] | None = None
 
@@ -133,18 +138,28 @@ class RedisQueue:
             await self._redis.aclose()
 
     async def _ping(self) -> bool:
+        """Refused/reset connections flip to unavailable at once; slow answers (a loaded host)
+        only after ``SLOW_PINGS_TO_DEGRADE`` in a row."""
         assert self._redis is not None
         try:
             await asyncio.wait_for(self._redis.ping(), timeout=1.0)
-        except UNAVAILABLE as exc:  # asyncio.TimeoutError is the builtin, an OSError kin
-            if self.available:
-                logger.warning("redis unreachable (%s): deciding in-process", exc)
-            self.available = False
+        except (TimeoutError, RedisTimeoutError) as exc:
+            self._slow_pings += 1
+            if self._slow_pings >= SLOW_PINGS_TO_DEGRADE:
+                self._mark(False, exc)
+        except UNAVAILABLE as exc:
+            self._mark(False, exc)
         else:
-            if not self.available:
-                logger.info("redis reachable: decisions go through the request stream")
-            self.available = True
+            self._slow_pings = 0
+            self._mark(True, None)
         return self.available
+
+    def _mark(self, available: bool, exc: BaseException | None) -> None:
+        if available and not self.available:
+            logger.info("redis reachable: decisions go through the request stream")
+        elif not available and self.available:
+            logger.warning("redis unreachable (%s): deciding in-process", exc)
+        self.available = available
 
     async def _watch(self) -> None:
         while True:
@@ -167,7 +182,8 @@ class RedisQueue:
             )
             got = await self._redis.blpop([self.keys.reply(request.request_id)], max(wait_s, 0.001))
         except UNAVAILABLE as exc:
-            self.available = False
+            if not isinstance(exc, TimeoutError | RedisTimeoutError):
+                self._mark(False, exc)  # refused/reset: Redis is gone; a slow connect is not
             raise QueueUnavailableError(str(exc)) from exc
         finally:
             self.in_flight -= 1

@@ -102,7 +102,8 @@ def test_two_workers_400_concurrent_decisions(
     assert mean > 1.0, f"mean batch size {mean}"
     client = redis.Redis(port=redis_server.port)
     assert client.keys("kairos:reply:*") == []  # no reply left behind: none answered twice
-    assert len(client.keys("kairos:done:*")) == 400  # every request delivered by a worker
+    delivered = len(client.keys("kairos:done:*"))
+    assert delivered == 400, f"{400 - delivered} decided in-process: {service.log('api')[-2000:]}"
     assert client.xlen("kairos:requests") == 0
     client.close()
     print(  # noqa: T201 - the figures for the report (pytest -s)
