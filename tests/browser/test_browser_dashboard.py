@@ -10,7 +10,12 @@ from kairos_client import Client
 def _make_cluster(url: str, api_key: str | None = None) -> str:
     cluster_id = f"ui-{uuid.uuid4().hex[:8]}"
     with Client(base_url=url, api_key=api_key) as client:
-        client.clusters.upsert(cluster_id, resources=["cpu", "gpu"], name="Browser test cluster")
+        client.clusters.upsert(
+            cluster_id,
+            resources=["cpu", "gpu"],
+            name="Browser test cluster",
+            shadow_policy="sjf",  # a candidate compared beside every decision, never applied
+        )
         client.nodes.upsert_many(
             cluster_id,
             [
@@ -35,6 +40,8 @@ def test_dashboard_shows_a_new_cluster(server, page, artifacts):
     row.wait_for()
     assert "Browser test cluster" in row.inner_text()
     assert row.locator(".bar .fill").count() >= 2  # cpu and gpu utilisation bars
+    shadow = page.locator("[data-testid=shadow-report]").first
+    assert "sjf" in shadow.inner_text()
     assert page.locator("[data-testid=report-plots] img").count() == 1
     assert page.eval_on_selector(
         "[data-testid=report-plots] img", "img => img.complete && img.naturalWidth > 0"
