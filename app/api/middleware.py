@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import MutableMapping
 from typing import Any
 
 from starlette.requests import Request
@@ -164,10 +163,12 @@ class BodyLimitMiddleware:
 class IdempotencyMiddleware:
     """Every ``POST`` under ``/v1`` honours ``Idempotency-Key``.
 
-    The first request with a key runs and its response (status < 500, except 401/429) is stored
-    under (tenant, key) with a hash of method, path and body. The same key again with the same
-    request replays the stored response (``Idempotent-Replayed: true``); with a different request
-    it is a 409. See docs/adr/0021-idempotency-keys.md.
+    The first request with a key claims it, runs, and its response (status < 500, except 401/429)
+    is stored under (tenant, key) with a hash of method, path and body *before* it is sent. The
+    same key again with the same request replays the stored response (``Idempotent-Replayed:
+    true``); with a different request it is 409 ``idempotency_key_reused``; while the first is
+    still running it is 409 ``idempotency_key_in_progress`` with ``Retry-After``. See
+    docs/adr/0021-idempotency-keys.md.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -208,11 +209,18 @@ class IdempotencyMiddleware:
         body: bytes = scope.get("state", {}).get("raw_body", b"")
         digest = idempotency.request_hash(scope["method"], scope["path"], body)
         database: Database = request.app.state.database
-        stored = await idempotency.find(database, tenant, key)
+        stored = await idempotency.claim(
+            database,
+            tenant=tenant,
+            key=key,
+            method=scope["method"],
+            path=scope["path"],
+            digest=digest,
+        )
         if stored is not None:
             await self._answer_stored(send, stored, digest)
             return
-        await self._run_and_store(scope, receive, send, database, tenant, key, digest)
+        await self._run_and_store(scope, receive, send, database, tenant, key)
 
     async def _answer_stored(self, send: Send, stored: StoredResponse, digest: str) -> None:
         if stored.request_hash != digest:
@@ -230,6 +238,17 @@ class IdempotencyMiddleware:
                         }
                     ],
                 ),
+            )
+            return
+        if stored.in_progress:
+            await _send_json(
+                send,
+                409,
+                error_body(
+                    "idempotency_key_in_progress",
+                    "a request with this Idempotency-Key is still running; retry shortly",
+                ),
+                headers=[(b"retry-after", b"1")],
             )
             return
         body = stored.body
@@ -254,41 +273,43 @@ class IdempotencyMiddleware:
         database: Database,
         tenant: str,
         key: str,
-        digest: str,
     ) -> None:
-        captured: MutableMapping[str, Any] = {"status": 500, "content_type": "", "body": []}
+        """Run the request holding its response back until the response is stored."""
+        held: list[Message] = []
+        status = 500
+        content_type = ""
 
-        async def send_wrapper(message: Message) -> None:
+        async def hold(message: Message) -> None:
+            nonlocal status, content_type
             if message["type"] == "http.response.start":
-                captured["status"] = int(message["status"])
+                status = int(message["status"])
                 for name, value in message.get("headers", []):
                     if name.lower() == b"content-type":
-                        captured["content_type"] = value.decode("latin-1")
-            elif message["type"] == "http.response.body":
-                captured["body"].append(message.get("body", b""))
-            await send(message)
+                        content_type = value.decode("latin-1")
+            held.append(message)
 
-        await self.app(scope, receive, send_wrapper)
-        if not idempotency.should_store(captured["status"]):
-            return
-        response = StoredResponse(
-            request_hash=digest,
-            status_code=captured["status"],
-            content_type=captured["content_type"],
-            body=b"".join(captured["body"]),
-        )
         try:
-            await idempotency.store(
-                database,
-                tenant=tenant,
-                key=key,
-                method=scope["method"],
-                path=scope["path"],
-                digest=digest,
-                response=response,
-            )
-        except Exception:  # the response is already sent; a lost record only weakens replay
-            logger.exception("could not store idempotency key %r", key)
+            await self.app(scope, receive, hold)
+        except BaseException:
+            await idempotency.release(database, tenant=tenant, key=key)
+            raise
+        body = b"".join(m.get("body", b"") for m in held if m["type"] == "http.response.body")
+        try:
+            if idempotency.should_store(status):
+                await idempotency.complete(
+                    database,
+                    tenant=tenant,
+                    key=key,
+                    status_code=status,
+                    content_type=content_type,
+                    body=body,
+                )
+            else:
+                await idempotency.release(database, tenant=tenant, key=key)
+        except Exception:  # the request's own work committed; answer it regardless
+            logger.exception("could not record the response for idempotency key %r", key)
+        for message in held:
+            await send(message)
 
 
 def _bearer_token(scope: Scope) -> str | None:

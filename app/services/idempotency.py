@@ -1,16 +1,31 @@
-"""Stored responses for ``Idempotency-Key`` replays (ADR 0021). Used by the API middleware."""
+"""``Idempotency-Key`` bookkeeping (ADR 0021), used by the API middleware.
+
+1. :func:`claim` inserts an in-progress row for (tenant, key) in its own transaction. If the row
+   exists, the caller gets it back instead: a finished response to replay (or a 409 when the
+   request differs), or an in-progress marker (another request with this key is running: 409).
+2. The request runs; its response is held back.
+3. :func:`complete` stores the response, and only then is it sent, so a retry that follows the
+   answer always finds it. Responses that must not be replayed (5xx, 401, 429) are
+   :func:`release`\\ d instead, so the retry runs again.
+
+A row left in progress by a crashed process is taken over after :data:`STALE_AFTER`.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import timedelta
 
 from app.db.orm import IdempotencyKeyRecord
-from app.db.repositories.idempotency_repository import IdempotencyRepository
+from app.db.repositories.idempotency_repository import IN_PROGRESS, IdempotencyRepository
 from app.db.session import Database
+from app.domain.clock import utc_now
 
 #: Statuses never stored: a retry must run again (auth fixed, rate limit passed, server error).
 NOT_STORED = frozenset({401, 429})
+#: An in-progress claim older than this belongs to a request that died.
+STALE_AFTER = timedelta(seconds=60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +34,10 @@ class StoredResponse:
     status_code: int
     content_type: str
     body: bytes
+
+    @property
+    def in_progress(self) -> bool:
+        return self.status_code == IN_PROGRESS
 
 
 def request_hash(method: str, path: str, body: bytes) -> str:
@@ -29,39 +48,57 @@ def should_store(status_code: int) -> bool:
     return status_code < 500 and status_code not in NOT_STORED
 
 
-async def find(database: Database, tenant: str, key: str) -> StoredResponse | None:
-    async with database.transaction(write=False) as session:
-        record = await IdempotencyRepository(session).get(tenant, key)
-        if record is None:
+def _stored(record: IdempotencyKeyRecord) -> StoredResponse:
+    return StoredResponse(
+        request_hash=record.request_hash,
+        status_code=record.status_code,
+        content_type=record.content_type,
+        body=record.response_body.encode(),
+    )
+
+
+async def claim(
+    database: Database, *, tenant: str, key: str, method: str, path: str, digest: str
+) -> StoredResponse | None:
+    """None when this request now owns the key; else what the key already holds."""
+    async with database.transaction(write=True) as session:
+        repo = IdempotencyRepository(session)
+        record = IdempotencyKeyRecord(
+            tenant=tenant,
+            key=key,
+            method=method,
+            path=path,
+            request_hash=digest,
+            status_code=IN_PROGRESS,
+            response_body="",
+            content_type="",
+        )
+        if await repo.add(record):
             return None
-        return StoredResponse(
-            request_hash=record.request_hash,
-            status_code=record.status_code,
-            content_type=record.content_type,
-            body=record.response_body.encode(),
+        existing = await repo.get(tenant, key)
+        if existing is None:  # released between our insert and read: take it
+            await repo.add(record)
+            return None
+        if existing.status_code == IN_PROGRESS and existing.request_hash == digest:
+            now = utc_now()
+            if await repo.restart(tenant, key, stale_before=now - STALE_AFTER, now=now):
+                return None
+        return _stored(existing)
+
+
+async def complete(
+    database: Database, *, tenant: str, key: str, status_code: int, content_type: str, body: bytes
+) -> None:
+    async with database.transaction(write=True) as session:
+        await IdempotencyRepository(session).complete(
+            tenant,
+            key,
+            status_code=status_code,
+            content_type=content_type or "application/json",
+            body=body.decode("utf-8", errors="replace"),
         )
 
 
-async def store(
-    database: Database,
-    *,
-    tenant: str,
-    key: str,
-    method: str,
-    path: str,
-    digest: str,
-    response: StoredResponse,
-) -> bool:
-    """False when a concurrent request stored the same key first (its response stands)."""
-    record = IdempotencyKeyRecord(
-        tenant=tenant,
-        key=key,
-        method=method,
-        path=path,
-        request_hash=digest,
-        status_code=response.status_code,
-        response_body=response.body.decode("utf-8", errors="replace"),
-        content_type=response.content_type or "application/json",
-    )
+async def release(database: Database, *, tenant: str, key: str) -> None:
     async with database.transaction(write=True) as session:
-        return await IdempotencyRepository(session).add(record)
+        await IdempotencyRepository(session).remove(tenant, key)

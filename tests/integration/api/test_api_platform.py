@@ -3,6 +3,7 @@ health, metrics, offline docs, OpenAPI quality."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 
@@ -94,6 +95,34 @@ class TestIdempotencyKey:
             f"/v1/clusters/{cid}/schedule", json={"dry_run": True}, headers=key
         )
         _is_error(other, 409, "idempotency_key_reused")
+
+    async def test_concurrent_duplicates_decide_once(
+        self, client: httpx.AsyncClient, cid: str
+    ) -> None:
+        await make_cluster(client, cid, nodes=1)
+        await client.post(f"/v1/clusters/{cid}/jobs", json=job_spec("a"))
+        key = {"Idempotency-Key": f"dup-{cid}"}
+        url = f"/v1/clusters/{cid}/schedule"
+        answers = await asyncio.gather(*(client.post(url, json={}, headers=key) for _ in range(6)))
+        statuses = sorted(r.status_code for r in answers)
+        assert statuses.count(200) >= 1
+        assert set(statuses) <= {200, 409}
+        for r in answers:
+            if r.status_code == 409:
+                assert r.json()["error"]["code"] == "idempotency_key_in_progress"
+                assert r.headers["retry-after"] == "1"
+        ids = {r.json()["id"] for r in answers if r.status_code == 200}
+        assert len(ids) == 1
+        page = (await client.get(f"/v1/clusters/{cid}/decisions")).json()
+        assert [d["id"] for d in page["items"]] == list(ids)
+
+    async def test_failed_request_is_not_stored(self, client: httpx.AsyncClient, cid: str) -> None:
+        key = {"Idempotency-Key": f"later-{cid}"}
+        r = await client.post(f"/v1/clusters/{cid}/schedule", json={}, headers=key)
+        assert r.status_code == 404  # stored: a client error replays as itself
+        again = await client.post(f"/v1/clusters/{cid}/schedule", json={}, headers=key)
+        assert again.status_code == 404
+        assert again.headers["idempotent-replayed"] == "true"
 
     async def test_job_submission_with_key(self, client: httpx.AsyncClient, cid: str) -> None:
         await make_cluster(client, cid)
