@@ -17,6 +17,10 @@ start are skipped.  The observation comes from the shared encoder
   ``+utilisation`` (``reward="utilization"``), as RLScheduler (A.6);
 * ``terminated`` when every job of the sequence has started; ``truncated`` when ``max_steps``
   steps were taken first (the sequence is then unfinished: no terminal reward).
+
+``pooled=True`` (default) models the machine as one node holding every cpu; decisions and
+observations equal the per-node machine's for whole-node jobs (see :mod:`sim.kairos`) and the
+core's matrices stay 1 x 1.  :class:`sim.vecenv.VectorSchedulingEnv` is the fast batched twin.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class SchedulingEnv(gym.Env[Observation, np.int64]):
         max_steps: int | None = None,
         pooled: bool = True,
     ) -> None:
+        if max_candidates < 1:
+            raise ValueError("max_candidates must be >= 1")
         upper = trace.n_jobs if batch_slice == 0 else min(batch_slice, trace.n_jobs)
         if upper - sequence_length - 1 <= sequence_length:
             raise ValueError(
