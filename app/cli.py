@@ -85,5 +85,7 @@ def main(argv: Sequence[str]) -> int:
     if not argv or argv[0] not in COMMANDS:
         print(f"usage: kairos {{{','.join(COMMANDS)}}} [options]", file=sys.stderr)  # noqa: T201
         return 2
-    logging.basicConfig(level=get_settings().LOG_LEVEL.upper())
+    from app.observability import configure_logging
+
+    configure_logging(get_settings().LOG_LEVEL)
     return COMMANDS[argv[0]](list(argv[1:]))

@@ -49,8 +49,9 @@ async def _migrate(url: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_url(worker_id: str = "main") -> Iterator[str]:
-    name = f"kairos_test_{os.getpid()}_{worker_id}".lower()
+def pg_url() -> Iterator[str]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    name = f"kairos_test_{os.getpid()}_{worker}".lower()
     asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
     url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
@@ -59,12 +60,6 @@ def pg_url(worker_id: str = "main") -> Iterator[str]:
         yield url
     finally:
         asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
-@pytest.fixture(scope="session")
-def worker_id() -> str:
-    """Overridden by pytest-xdist when installed; a constant otherwise."""
-    return "main"
 
 
 @pytest.fixture
