@@ -27,6 +27,7 @@ Metric names (stable): ``charts/*``, ``losses/*``, ``eval/*`` (cleanrl).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -188,6 +189,12 @@ def mlp(sizes: Sequence[int], *, last_activation: bool) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def last_linear(net: nn.Sequential) -> nn.Linear:
+    layer = net[-1]
+    assert isinstance(layer, nn.Linear)
+    return layer
+
+
 class Agent(nn.Module):
     """Kernel actor (shared per-row scorer) and pooled critic."""
 
@@ -207,14 +214,14 @@ class Agent(nn.Module):
             "value_hidden": list(value_hidden),
         }
         self.actor = mlp([n_features, *actor_hidden, 1], last_activation=False)
-        nn.init.orthogonal_(self.actor[-1].weight, 0.01)
+        nn.init.orthogonal_(last_linear(self.actor).weight, 0.01)
         self.critic_embed = mlp([n_features, *critic_hidden], last_activation=True)
         self.critic_head = mlp([2 * critic_hidden[-1], *value_hidden, 1], last_activation=False)
-        nn.init.orthogonal_(self.critic_head[-1].weight, 1.0)
+        nn.init.orthogonal_(last_linear(self.critic_head).weight, 1.0)
 
     def logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``obs[B, N, F]``, ``mask[B, N]`` -> ``logits[B, N]`` (masked rows: MASKED_LOGIT)."""
-        scores = self.actor(obs).squeeze(-1)
+        scores: torch.Tensor = self.actor(obs).squeeze(-1)
         return torch.where(mask, scores, torch.full_like(scores, MASKED_LOGIT))
 
     def value(self, obs: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -223,7 +230,8 @@ class Agent(nn.Module):
         w = valid.unsqueeze(-1).to(emb.dtype)
         mean = (emb * w).sum(1) / w.sum(1).clamp(min=1.0)
         peak = (emb * w).amax(1)
-        return self.critic_head(torch.cat([mean, peak], dim=-1)).squeeze(-1)
+        value: torch.Tensor = self.critic_head(torch.cat([mean, peak], dim=-1)).squeeze(-1)
+        return value
 
     def act(
         self,
@@ -235,8 +243,10 @@ class Agent(nn.Module):
         """Sample (or score) an action: ``(action, logprob, entropy, value)``."""
         dist = torch.distributions.Categorical(logits=self.logits(obs, mask))
         if action is None:
-            action = dist.sample()
-        return action, dist.log_prob(action), dist.entropy(), self.value(obs, valid)
+            action = dist.sample()  # type: ignore[no-untyped-call]
+        logprob = dist.log_prob(action)  # type: ignore[no-untyped-call]
+        entropy = dist.entropy()  # type: ignore[no-untyped-call]
+        return action, logprob, entropy, self.value(obs, valid)
 
 
 def save_checkpoint(path: Path, agent: Agent, meta: dict[str, Any]) -> None:
@@ -485,7 +495,7 @@ class VecEnv:
                     self.data.tables[k],
                     start,
                     self.args.episode_length,
-                    lambda ep, name=name: ep.teacher_pos(name),
+                    functools.partial(HpcEpisode.teacher_pos, heuristic=name),
                     backfill=self.args.backfill == "easy",
                 ).avg_bsld()
                 for name in BEST_OF
@@ -513,7 +523,9 @@ class Validation:
             self.sequences = [pool[i] for i in picks]
         self.data = data
         self.baselines = {
-            name: self._run(lambda ep, rows, name=name: ep.teacher_pos(name, visible=rows))
+            name: self._run(
+                lambda ep, rows, name=name: ep.teacher_pos(name, visible=rows)  # type: ignore[misc]
+            )
             for name in ("sjf", "f1")
         }
 
@@ -613,7 +625,7 @@ def behaviour_cloning(
             logits = agent.logits(obs[idx], mask[idx])
             loss = nn.functional.cross_entropy(logits, acts[idx])
             optimizer.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             total += loss.item() * len(idx)
             correct += int((logits.argmax(1) == acts[idx]).sum())
@@ -665,7 +677,7 @@ def ppo_update(
             if not critic_only:
                 loss = loss + pg_loss - args.ent_coef * entropy_loss
             optimizer.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
             stats = {
@@ -729,8 +741,8 @@ def train(args: Args) -> Path:  # noqa: C901 - cleanrl's loop, kept in one piece
         print(f"warm start: imitated {args.bc_teacher}: {summary['bc']}")
     if args.init_temperature != 1.0:
         with torch.no_grad():
-            agent.actor[-1].weight.div_(args.init_temperature)
-            agent.actor[-1].bias.div_(args.init_temperature)
+            last_linear(agent.actor).weight.div_(args.init_temperature)
+            last_linear(agent.actor).bias.div_(args.init_temperature)
     best_bsld = validation.run(agent)
     log("eval/val_bsld", best_bsld, 0)
     print(f"validation after warm start: {best_bsld:.2f}")
@@ -849,8 +861,8 @@ def train(args: Args) -> Path:  # noqa: C901 - cleanrl's loop, kept in one piece
         }
         critic_only = update <= args.value_warmup_updates
         stats = ppo_update(args, agent, optimizer, flat, torch_gen, critic_only=critic_only)
-        for name, value in stats.items():
-            log(name, value, global_step)
+        for name, stat in stats.items():
+            log(name, stat, global_step)
         sps = global_step / max(1e-9, time.time() - ppo_start)
         log("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         log("charts/SPS", sps, global_step)

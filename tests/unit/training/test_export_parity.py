@@ -11,7 +11,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES  # noqa: E402
 from training.export_onnx import build_model, write_policy  # noqa: E402
-from training.ppo import MASKED_LOGIT, Agent, load_checkpoint, save_checkpoint  # noqa: E402
+from training.ppo import MASKED_LOGIT, Agent, last_linear, load_checkpoint, save_checkpoint  # noqa: E402
 
 TOLERANCE = 1e-4
 
@@ -22,8 +22,8 @@ def _agent(seed: int) -> Agent:
     # the last actor layer starts near zero (gain 0.01); give it weights of normal size so that
     # the parity check compares logits of a realistic magnitude
     with torch.no_grad():
-        agent.actor[-1].weight.normal_(0.0, 1.0)
-        agent.actor[-1].bias.fill_(0.25)
+        last_linear(agent.actor).weight.normal_(0.0, 1.0)
+        last_linear(agent.actor).bias.fill_(0.25)
     return agent.eval()
 
 
