@@ -30,14 +30,14 @@ from typing import Any
 import httpx
 import numpy as np
 
+from app.schemas.decision import DecideRequest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def bare_app() -> Any:
     """The ceiling: parse the same ``DecideRequest`` and answer a constant."""
     from fastapi import FastAPI
-
-    from app.schemas.decision import DecideRequest
 
     app = FastAPI()
 
