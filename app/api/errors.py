@@ -42,6 +42,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (400, "Malformed JSON"),
         (401, "Missing or unknown API key"),
         (404, "Unknown resource (or another tenant's)"),
+        (409, "Conflict: same id with another body, transition not allowed, Idempotency-Key reuse"),
         (413, "Request body too large"),
         (422, "Validation error; details name each bad field"),
     )
