@@ -5,13 +5,60 @@ Only the parts Kairos reads are typed; everything else in a Pod or Node is accep
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from app.schemas.common import NO_NUL_PATTERN
 
 
 class K8sSchema(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+Text = Annotated[str, StringConstraints(max_length=253, pattern=NO_NUL_PATTERN)]
+Quantity = (
+    Annotated[str, StringConstraints(max_length=64)]
+    | Annotated[float, Field(ge=0, le=1e18, allow_inf_nan=False)]
+)
+
+
+class ResourceRequirements(K8sSchema):
+    requests: dict[Annotated[str, StringConstraints(max_length=253)], Quantity] = Field(
+        default_factory=dict
+    )
+    limits: dict[Annotated[str, StringConstraints(max_length=253)], Quantity] = Field(
+        default_factory=dict
+    )
+
+
+class Container(K8sSchema):
+    name: Text = ""
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+
+
+class PodSpec(K8sSchema):
+    containers: list[Container] = Field(default_factory=list, max_length=256)
+    init_containers: list[Container] = Field(
+        default_factory=list, alias="initContainers", max_length=256
+    )
+    priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] | None = None
+
+
+class ObjectMeta(K8sSchema):
+    name: Text = ""
+    namespace: Text = "default"
+    uid: Text = ""
+    annotations: dict[Text, Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=dict
+    )
+
+
+class Pod(K8sSchema):
+    """The parts of a ``v1.Pod`` the extender reads."""
+
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: PodSpec = Field(default_factory=PodSpec)
 
 
 class ExtenderArgs(K8sSchema):
@@ -33,7 +80,7 @@ class ExtenderArgs(K8sSchema):
         }
     )
 
-    pod: dict[str, Any] = Field(alias="Pod")
+    pod: Pod = Field(alias="Pod")
     nodes: dict[str, Any] | None = Field(default=None, alias="Nodes")
     node_names: list[str] | None = Field(default=None, alias="NodeNames")
 

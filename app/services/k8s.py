@@ -27,11 +27,13 @@ from app.domain.clock import epoch_now
 from app.domain.types import JobState, NodeState
 from app.schemas.common import ID_PATTERN
 from app.schemas.k8s import (
+    Container,
     ExtenderArgs,
     ExtenderBindingArgs,
     ExtenderBindingResult,
     ExtenderFilterResult,
     HostPriority,
+    Pod,
 )
 from app.services.clusters import require_cluster
 from app.services.context import Ctx
@@ -72,19 +74,17 @@ def parse_quantity(value: object) -> float:
     return float(match.group(1)) * _SUFFIXES[match.group(2) or ""]
 
 
-def _container_requests(container: Mapping[str, Any]) -> dict[str, float]:
-    resources = container.get("resources") or {}
-    raw = resources.get("requests") or resources.get("limits") or {}
-    return {str(k): parse_quantity(v) for k, v in dict(raw).items()}
+def _container_requests(container: Container) -> dict[str, float]:
+    raw = container.resources.requests or container.resources.limits
+    return {str(k): parse_quantity(v) for k, v in raw.items()}
 
 
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, float]:
+def pod_requests(pod: Pod) -> dict[str, float]:
     """Effective requests: the sum over containers, at least the largest init container."""
-    spec = pod.get("spec") or {}
     total: dict[str, float] = {}
-    for container in spec.get("containers") or []:
+    for container in pod.spec.containers:
         total = add(total, _container_requests(container))
-    for init in spec.get("initContainers") or []:
+    for init in pod.spec.init_containers:
         for name, v in _container_requests(init).items():
             total[name] = max(total.get(name, 0.0), v)
     return total
@@ -109,38 +109,37 @@ def _invalid(message: str, field: str) -> UnprocessableError:
     return UnprocessableError(message, details=[ErrorItem(field, message)])
 
 
-def _pod_job(cluster: ClusterRecord, pod: Mapping[str, Any]) -> dict[str, Any]:
-    meta = pod.get("metadata") or {}
-    uid = str(meta.get("uid") or "")
-    if not _ID.match(uid):
+def _pod_job(cluster: ClusterRecord, pod: Pod) -> dict[str, Any]:
+    meta = pod.metadata
+    if not _ID.match(meta.uid):
         raise _invalid("the pod has no usable metadata.uid", "body.Pod.metadata.uid")
     try:
         demand = to_cluster_resources(pod_requests(pod), cluster.resources)
-        walltime = float(
-            (meta.get("annotations") or {}).get(WALLTIME_ANNOTATION, DEFAULT_WALLTIME_S)
-        )
-    except (TypeError, ValueError) as exc:
+        walltime = float(meta.annotations.get(WALLTIME_ANNOTATION, DEFAULT_WALLTIME_S))
+    except ValueError as exc:
         raise _invalid(str(exc), "body.Pod") from None
     if not (0.0 < walltime <= 1e10):
         raise _invalid(f"{WALLTIME_ANNOTATION} must be in (0, 1e10]", "body.Pod.metadata")
+    if any(not (0.0 <= v <= 1e15) for v in demand.values()):
+        raise _invalid("a resource request is out of range", "body.Pod.spec")
     return {
-        "id": uid,
+        "id": meta.uid,
         "tasks": 1,
         "per_task": demand,
         "walltime_s": walltime,
-        "priority": int(pod.get("spec", {}).get("priority") or 0),
+        "priority": pod.spec.priority or 0,
         "user": None,
-        "queue": str(meta.get("namespace") or "default")[:128],
+        "queue": meta.namespace[:128],
         "depends_on": [],
         "labels": {
-            "k8s/namespace": str(meta.get("namespace") or "default")[:1024],
-            "k8s/name": str(meta.get("name") or "")[:1024],
+            "k8s/namespace": meta.namespace,
+            "k8s/name": meta.name,
             "kairos/single-node": "true",
         },
     }
 
 
-async def _record_pod(ctx: Ctx, cluster: ClusterRecord, pod: Mapping[str, Any]) -> JobRecord:
+async def _record_pod(ctx: Ctx, cluster: ClusterRecord, pod: Pod) -> JobRecord:
     spec = _pod_job(cluster, pod)
     digest = canonical_hash(spec)
     repo = JobRepository(ctx.session)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from app.schemas.k8s import Pod
 from app.services.k8s import parse_quantity, pod_requests, to_cluster_resources
 from tests.factories import cluster_body
 
@@ -36,7 +37,7 @@ def test_bad_quantity() -> None:
 
 
 def test_pod_requests_and_mapping() -> None:
-    req = pod_requests(_pod("u", cpu="1", memory="2G", gpu="1"))
+    req = pod_requests(Pod.model_validate(_pod("u", cpu="1", memory="2G", gpu="1")))
     assert req == {"cpu": 3.0, "memory": 2e9, "nvidia.com/gpu": 1.0}  # init container dominates cpu
     mapped = to_cluster_resources(req, ["cpu", "memory_gb", "gpu"])
     assert mapped == {"cpu": 3.0, "memory_gb": 2.0, "gpu": 1.0}
@@ -97,3 +98,10 @@ async def test_bad_pods_are_422(client: httpx.AsyncClient, cid: str) -> None:
     assert r.status_code == 422
     assert r.json()["error"]["code"] == "validation_error"
     assert (await client.post("/v1/k8s/nope/filter", json={"Pod": _pod("u4")})).status_code == 404
+    wrong_types = {"Pod": {"metadata": "x", "spec": {"containers": {"a": 1}}}, "NodeNames": []}
+    r = await client.post(f"/v1/k8s/{cid}/filter", json=wrong_types)
+    assert r.status_code == 422
+    fields = {d["field"] for d in r.json()["error"]["details"]}
+    assert {"body.Pod.metadata", "body.Pod.spec.containers"} <= fields
+    huge = {"Pod": _pod("u5", cpu="1e30"), "NodeNames": []}
+    assert (await client.post(f"/v1/k8s/{cid}/filter", json=huge)).status_code == 422
