@@ -427,14 +427,6 @@ class TestRetriesAgainstTheService:
             assert [d.id for d in client.decisions.list(cid)] == [decision.id]
             assert client.jobs.retrieve(cid, "j2").state == "pending"
 
-    @pytest.mark.xfail(
-        reason=(
-            "service bug (app/api/middleware.py IdempotencyMiddleware): the key is stored after "
-            "the response is sent, so a repeat sent right after the first answer (or a concurrent "
-            "duplicate) runs again; passes with a 0.5 s pause between the calls"
-        ),
-        strict=False,
-    )
     def test_explicit_key_makes_a_repeat_a_replay(self, client: Client, cid: str):
         client.clusters.upsert(cid, resources=["cpu"])
         client.nodes.upsert(cid, "n1", capacity={"cpu": 2})

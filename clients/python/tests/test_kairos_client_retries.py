@@ -82,6 +82,23 @@ class TestRetries:
         assert len(script.requests) == 1
         assert sleeps == []
 
+    def test_conflict_while_the_same_key_is_in_progress_is_retried(
+        self, client: Client, script: Script, sleeps: list[float]
+    ):
+        script.add(
+            error(
+                409,
+                "idempotency_key_in_progress",
+                "still running",
+                headers={"Retry-After": "1"},
+            ),
+            httpx.Response(200, json=DECISION, headers={"Idempotent-Replayed": "true"}),
+        )
+        decision = client.clusters.schedule("c1")
+        assert decision.id == "d1"
+        assert sleeps == [1.0]
+        assert script.requests[0].headers[IDEM] == script.requests[1].headers[IDEM]
+
     def test_gives_up_after_max_retries(self, client: Client, script: Script, sleeps: list[float]):
         script.add(*(error(503, "down", "db down") for _ in range(3)))
         with pytest.raises(InternalServerError) as info:

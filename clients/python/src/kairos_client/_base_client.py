@@ -53,6 +53,9 @@ MAX_RETRY_DELAY_S: Final = 8.0
 #: A ``Retry-After`` longer than this is not waited for; normal backoff is used instead.
 MAX_RETRY_AFTER_S: Final = 60.0
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
+#: 409 code the service sends while the first request with the same key is still running: the
+#: one conflict a retry resolves (it then gets the stored answer).
+IN_PROGRESS_CODE: Final = "idempotency_key_in_progress"
 
 _RETRYABLE_STATUS: Final = frozenset({408, 429})
 _RETRYABLE_TRANSPORT_ERRORS: Final = (
@@ -102,6 +105,16 @@ def parse_retry_after(headers: httpx.Headers, *, now: float | None = None) -> fl
 
 def _is_retryable_status(status_code: int) -> bool:
     return status_code in _RETRYABLE_STATUS or status_code >= 500
+
+
+def _error_code(response: httpx.Response) -> str | None:
+    try:
+        body = as_object(response.json())
+    except ValueError:
+        return None
+    error = as_object(body.get("error")) if body is not None else None
+    code = error.get("code") if error is not None else None
+    return code if isinstance(code, str) else None
 
 
 def _platform_user_agent() -> str:
@@ -211,6 +224,8 @@ class BaseClient(Generic[_HttpxClientT]):
             return True
         if should == "false":
             return False
+        if response.status_code == 409:
+            return _error_code(response) == IN_PROGRESS_CODE
         return _is_retryable_status(response.status_code)
 
     @staticmethod
