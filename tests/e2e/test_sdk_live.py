@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -437,3 +438,41 @@ class TestRetriesAgainstTheService:
         two = client.clusters.schedule(cid, idempotency_key=key)
         assert one.id == two.id
         assert client.jobs.retrieve(cid, "b").state == "pending"
+
+    def test_concurrent_duplicates_resolve_to_one_decision(self, server: str, cid: str):
+        """Several clients send the same schedule with one key at once: the service runs it once;
+        the others are replayed, or told it is in progress (409) and retry until replayed."""
+        with Client(base_url=server, api_key=ACME_KEY) as setup:
+            setup.clusters.upsert(cid, resources=["cpu"])
+            setup.nodes.upsert(cid, "n1", capacity={"cpu": 8})
+            setup.jobs.submit_many(
+                cid, [{"id": f"j{i}", "per_task": {"cpu": 1}, "walltime_s": 10} for i in range(8)]
+            )
+        key = f"e2e-concurrent-{uuid.uuid4()}"
+        statuses: list[tuple[int, bool]] = []
+
+        def record(response: httpx.Response) -> None:
+            statuses.append((response.status_code, "idempotent-replayed" in response.headers))
+
+        def schedule(_: int) -> str:
+            http = httpx.Client(timeout=10, event_hooks={"response": [record]})
+            with (
+                http,
+                Client(
+                    base_url=server,
+                    api_key=ACME_KEY,
+                    http_client=http,
+                    max_retries=5,
+                    initial_retry_delay_s=0.05,
+                ) as client,
+            ):
+                return client.clusters.schedule(cid, idempotency_key=key).id
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            ids = set(pool.map(schedule, range(4)))
+        assert len(ids) == 1
+        # Exactly one request ran the round; every other answer was a replay or a 409 in progress.
+        assert statuses.count((200, False)) == 1, statuses
+        assert all(s in {(200, False), (200, True), (409, False)} for s in statuses), statuses
+        with Client(base_url=server, api_key=ACME_KEY) as client:
+            assert [d.id for d in client.decisions.list(cid)] == list(ids)
