@@ -35,8 +35,10 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 	cd clients/python && ../../$(BIN)/mypy
+	@if command -v node >/dev/null 2>&1; then $(MAKE) --no-print-directory typecheck-sdk-pyright; \
+	else echo "typecheck: pyright skipped (no node on this machine)"; fi
 
-## make typecheck-sdk-pyright: pyright --strict on the SDK (needs node; pyright fetches its npm package once)
+## make typecheck-sdk-pyright: pyright --strict on the SDK, as Pylance users read it (needs node)
 typecheck-sdk-pyright: $(VENV)/.installed-dev
 	cd clients/python && ../../$(BIN)/pyright --pythonpath ../../$(BIN)/python
 
