@@ -100,7 +100,7 @@ def _spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     )  # fmt: skip
 
 
-def _wait_up(url: str, timeout: float = 60.0) -> None:
+def _wait_up(url: str, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -62,6 +62,9 @@ return 0
 """
 
 
+#: poll interval of the worker's batch top-up reads
+POLL_S = 0.0005
+
 #: consecutive ping timeouts (not refusals) before the queue is reported degraded
 SLOW_PINGS_TO_DEGRADE = 3
 
@@ -180,7 +183,15 @@ class RedisQueue:
                 maxlen=self.max_len,
                 approximate=True,
             )
-            got = await self._redis.blpop([self.keys.reply(request.request_id)], max(wait_s, 0.001))
+            # Redis times BLPOP out only at its hz tick (~100 ms late): the client enforces the
+            # wait itself (a cancelled BLPOP's connection is dropped, not reused)
+            try:
+                got = await asyncio.wait_for(
+                    self._redis.blpop([self.keys.reply(request.request_id)], wait_s + 1.0),
+                    timeout=max(wait_s, 0.001),
+                )
+            except TimeoutError:
+                got = None
         except UNAVAILABLE as exc:
             if not isinstance(exc, TimeoutError | RedisTimeoutError):
                 self._mark(False, exc)  # refused/reset: Redis is gone; a slow connect is not
@@ -312,7 +323,7 @@ class RedisWorker:
             await self._redis.xack(self.keys.stream, self.keys.group, *deleted)
         return claimed
 
-    async def _read(self, count: int, block_ms: int) -> list[tuple[str, dict[bytes, bytes]]]:
+    async def _read(self, count: int, block_ms: int | None) -> list[tuple[str, dict[bytes, bytes]]]:
         assert self._redis is not None
         got: Any = await self._redis.xreadgroup(
             self.keys.group,
@@ -326,20 +337,25 @@ class RedisWorker:
         return [(_s(i), f) for i, f in got[0][1]]
 
     async def _collect(self) -> list[tuple[str, dict[bytes, bytes]]]:
-        """Up to ``max_batch`` entries, waiting at most ``max_wait_ms`` after the first one."""
+        """Up to ``max_batch`` entries, waiting at most ``max_wait_ms`` after the first one.
+
+        The first read blocks (Redis wakes it as soon as an entry arrives); the top-up reads do
+        not, because Redis resolves short ``BLOCK`` timeouts only at its ``hz`` tick (~100 ms):
+        they poll every ``POLL_S`` until the batch is full or the wait is over.
+        """
         opts = self.options
         batch = await self._read(opts.max_batch, opts.block_ms)
         if not batch:
             return batch
         closes_at = time.monotonic() + opts.max_wait_ms / 1000.0
         while len(batch) < opts.max_batch:
-            remaining_ms = int((closes_at - time.monotonic()) * 1000)
-            if remaining_ms < 1:
-                break
-            more = await self._read(opts.max_batch - len(batch), remaining_ms)
-            if not more:
-                break
+            more = await self._read(opts.max_batch - len(batch), None)
             batch.extend(more)
+            remaining = closes_at - time.monotonic()
+            if remaining <= 0:
+                break
+            if not more:
+                await asyncio.sleep(min(POLL_S, remaining))
         return batch
 
     async def _handle(self, entries: list[tuple[str, dict[bytes, bytes]]]) -> None:
