@@ -206,35 +206,40 @@ def _reserve(
     ppn: float,
     procs_needed: int,
     now: float,
-    mark: int,
     counter: int,
 ) -> tuple[float, list[tuple[float, int, int]], int]:
-    """RLScheduler's shadow time, and its in-place sort of the running list by requested end.
+    """RLScheduler's shadow time, and the effect of its in-place sort of the running list.
 
-    The running list order is ``(end, rank)``; jobs started since the last event (rank >=
-    ``mark``) still sit at the list's tail in start order.  RLScheduler stable-sorts that list by
-    ``start + request_time``; the new positions become the new ranks (from ``counter`` on), which
-    decides the release order of jobs ending at the same time later on.
+    Shadow: running jobs by requested end ``start + request_time``, nodes accumulated until the
+    job fits.  RLScheduler sorts its running list in place by that key (stable); the list order
+    only matters between jobs that end at the same time (it decides which one a completion event
+    releases first), and among those the list position is the rank order.  So jobs sharing an
+    end get new ranks (from ``counter`` on) in ``(requested end, rank)`` order; others keep theirs.
     Returns ``(shadow, running heap, counter)``.
     """
-    # list position before the sort: (tail?, end if not tail, rank); then stable sort by
-    # requested end == sort by (requested end, position)
-    order = sorted(
-        [
-            (start[e[2]] + request[e[2]], e[1] >= mark, 0.0 if e[1] >= mark else e[0], e[1], e)
-            for e in running
-        ]
-    )
     free_procs = free * ppn
     shadow = now
-    for d in order:
-        free_procs += nodes[d[4][2]] * ppn
-        shadow = d[0]
+    for est, k in sorted([(start[e[2]] + request[e[2]], e[2]) for e in running]):
+        free_procs += nodes[k] * ppn
+        shadow = est
         if free_procs >= procs_needed:
             break
-    reranked = [(d[4][0], counter + p, d[4][2]) for p, d in enumerate(order)]
-    heapq.heapify(reranked)
-    return shadow, reranked, counter + len(order)
+    if len({e[0] for e in running}) == len(running):
+        return shadow, running, counter  # no two jobs end together: order is irrelevant
+    by_end = sorted(running)
+    i, m = 0, len(by_end)
+    while i < m:
+        end = by_end[i][0]
+        stop = i + 1
+        while stop < m and by_end[stop][0] == end:
+            stop += 1
+        if stop - i > 1:
+            group = sorted(by_end[i:stop], key=lambda e: (start[e[2]] + request[e[2]], e[1]))
+            for p, e in enumerate(group):
+                by_end[i + p] = (e[0], counter + p, e[2])
+            counter += stop - i
+        i = stop
+    return shadow, by_end, counter  # a sorted list is a valid heap
 
 
 def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
@@ -251,6 +256,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
     procs = seq.procs
     ppn = seq.procs_per_node
     exact = seq.exact_estimates
+    n_nodes_max = seq.total_nodes + 1
     n = len(submit)
     heappush = heapq.heappush
     heappop = heapq.heappop
@@ -269,7 +275,6 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
     now = float(submit[0])
     nxt = 1
     counter = 0  # rank of the next started job (see _reserve)
-    mark = 0  # counter at the last event: ranks >= mark were started since
 
     while True:
         # ---- decision: the policy's choice among the queued jobs
@@ -283,7 +288,6 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
         if need > free:
             if not backfill:
                 # head-of-line blocking: advance one event at a time until j fits
-                mark = counter
                 while need > free:
                     rel = running[0][0]
                     while nxt < n and submit[nxt] <= rel:
@@ -308,17 +312,19 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                             break
                 else:
                     shadow, running, counter = _reserve(
-                        running, start, request, nodes, free, ppn, procs[j], now, mark, counter
+                        running, start, request, nodes, free, ppn, procs[j], now, counter
                     )
                 lim = shadow - now
                 cands = [e[1] for e in byreq[: bisect_left(byreq, (lim, -1))]]
                 if len(cands) > 1:
                     cands.sort(key=fcfs.__getitem__)
                 scan = True
+                cmin = 0  # fewest nodes any candidate needs (a scan is useless below it)
                 while need > free:
-                    if scan and cands:
+                    if scan and cands and free >= cmin:
                         lim = shadow - now
                         keep: list[int] = []
+                        cmin = n_nodes_max
                         for k in cands:
                             if request[k] >= lim:
                                 continue  # can never backfill in this reservation again
@@ -332,10 +338,11 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                                 del byreq[bisect_left(byreq, (request[k], k))]
                             else:
                                 keep.append(k)
+                                if nk < cmin:
+                                    cmin = nk
                         cands = keep
                     scan = False
                     # advance one event
-                    mark = counter
                     rel = running[0][0]
                     if nxt < n and submit[nxt] <= rel:
                         k = nxt
@@ -355,6 +362,8 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                             insort(byreq, (request[k], k))
                             if now + request[k] < shadow:
                                 cands.append(k)
+                                if nodes[k] < cmin:
+                                    cmin = nodes[k]
                     else:
                         if rel > now:
                             now = rel
@@ -374,7 +383,6 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
             if nxt >= n:
                 return start, now
             # advance until exactly one job has arrived
-            mark = counter
             while True:
                 rel = running[0][0] if running else _INF
                 if submit[nxt] <= rel:
