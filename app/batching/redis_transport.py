@@ -282,10 +282,12 @@ class RedisWorker:
                         "worker %s: redis unavailable (%s); retrying", self.consumer, exc
                     )
                 except ResponseError as exc:
-                    if "NOGROUP" not in str(exc):
-                        raise
-                    logger.warning("worker %s: consumer group lost; recreating", self.consumer)
-                    continue
+                    if "NOGROUP" in str(exc):
+                        logger.warning("worker %s: consumer group lost; recreating", self.consumer)
+                        continue
+                    logger.exception("worker %s: redis refused a command", self.consumer)
+                except Exception:  # a bug must not kill the worker: its entries stay pending
+                    logger.exception("worker %s: unexpected error; retrying", self.consumer)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -375,11 +377,24 @@ class RedisWorker:
             requests.append(request)
         outcomes: Sequence[DecisionOutcome] = []
         if requests:
-            outcomes = await asyncio.to_thread(self.decide_batch, requests)
+            try:
+                outcomes = await asyncio.to_thread(self.decide_batch, requests)
+            except Exception as exc:  # decide_many isolates requests; this is a last guard
+                logger.exception("worker %s: batch failed", self.consumer)
+                outcomes = [
+                    DecisionOutcome(r.request_id, None, error=repr(exc), error_type="BatchError")
+                    for r in requests
+                ]
         pipe = self._redis.pipeline(transaction=False)
         ttl = self.options.reply_ttl_s
         for k, outcome in enumerate(outcomes):
-            payload = outcome_to_json(outcome, batch_size=len(requests), leader=k == 0)
+            try:
+                payload = outcome_to_json(outcome, batch_size=len(requests), leader=k == 0)
+            except (TypeError, ValueError) as exc:  # e.g. a non-finite number in explain
+                error = DecisionOutcome(
+                    outcome.request_id, None, error=f"unencodable outcome: {exc}"
+                )
+                payload = outcome_to_json(error, batch_size=len(requests), leader=k == 0)
             pipe.eval(
                 _DELIVER,
                 2,

@@ -248,5 +248,5 @@ def outcome_from_json(text: str | bytes) -> tuple[DecisionOutcome, int, bool]:
         return outcome, int(raw["batch_size"]), bool(raw["leader"])
     except WireError:
         raise
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise WireError(f"undecodable reply: {exc!r}") from exc

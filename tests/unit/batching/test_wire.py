@@ -1,0 +1,94 @@
+"""The worker wire format round-trips requests and outcomes exactly; the worker CLI needs Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.batching.wire import (
+    WireError,
+    outcome_from_json,
+    outcome_to_json,
+    request_from_json,
+    request_to_json,
+)
+from app.cli import main as app_main
+from app.domain.decision import DecisionConfig, decide
+from app.domain.heuristics import get_heuristic
+from app.domain.types import (
+    Backfill,
+    ClusterState,
+    Job,
+    Node,
+    NodeState,
+    Placement,
+    PlacementStrategy,
+    RunningJob,
+)
+from app.policy.selector import DecisionOutcome, DecisionRequest, FallbackReason, ShadowOutcome
+
+
+def _state() -> ClusterState:
+    running = RunningJob(Job("r", {"cpu": 2.0}, 100.0, 1.0, tasks=2), (Placement("a", 2),), 5.0)
+    return ClusterState(
+        now=50.0,
+        nodes=(
+            Node("a", {"cpu": 8.0, "gpu": 1.0}, {"cpu": 4.0}, labels={"rack": "1"}),
+            Node("b", {"cpu": 8.0}, state=NodeState.DRAIN),
+        ),
+        running=(running,),
+        pending=(
+            Job("p1", {"cpu": 3.0}, 30.0, 10.0, priority=2, user="u", depends_on=("x",)),
+            Job("p2", {"cpu": 1.0, "gpu": 1.0}, 60.0, 11.0, labels={"kairos/single-node": "true"}),
+        ),
+        finished=frozenset({"x"}),
+    )
+
+
+def test_request_round_trip() -> None:
+    request = DecisionRequest(
+        "req-1",
+        _state(),
+        DecisionConfig(Backfill.NONE, PlacementStrategy.BEST_FIT, max_allocations=3, explain=True),
+        policy="hpc-x@2",
+        fallback="sjf",
+        shadow="f1",
+        deadline=123.5,
+    )
+    assert request_from_json(request_to_json(request)) == request
+
+
+def test_outcome_round_trip() -> None:
+    state = _state()
+    decision = decide(state, get_heuristic("f1"), DecisionConfig(explain=True))
+    outcome = DecisionOutcome(
+        "req-1",
+        decision,
+        fallback_used=True,
+        fallback_reason=FallbackReason.NON_FINITE_OUTPUT,
+        fallback_detail="nan",
+        shadow=ShadowOutcome("sjf", decide(state, get_heuristic("sjf"))),
+        batch_size=3,
+    )
+    back, size, leader = outcome_from_json(outcome_to_json(outcome, batch_size=7, leader=True))
+    assert back == outcome
+    assert (size, leader) == (7, True)
+
+
+def test_bad_messages_are_typed_errors() -> None:
+    with pytest.raises(WireError):
+        request_from_json(b'{"v": 99}')
+    with pytest.raises(WireError):
+        request_from_json(b'{"v": 1, "request_id": "x"}')
+    with pytest.raises(WireError):
+        outcome_from_json(b"[]")
+
+
+def test_worker_needs_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KAIROS_REDIS_URL", raising=False)
+    from app.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        assert app_main(["worker"]) == 2
+    finally:
+        get_settings.cache_clear()
