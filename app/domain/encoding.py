@@ -271,9 +271,10 @@ def encode_view(
     mask = np.zeros(n, dtype=np.bool_)
     index = np.full(n, -1, dtype=np.int64)
     _fill_rows(view, rows, obs[: len(rows)])
-    for row, i in enumerate(rows):
-        mask[row] = bool(view.mask[i])
-        index[row] = i
+    width = len(rows)
+    if width:
+        index[:width] = rows
+        mask[:width] = np.asarray(view.mask, dtype=np.bool_)[index[:width]]
     return EncodedView(obs=obs, mask=mask, index=index)
 
 
