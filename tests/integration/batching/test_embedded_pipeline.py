@@ -112,10 +112,13 @@ async def test_fallback_reasons_through_the_api(
     assert response.status_code == 200, response.text
     decision = response.json()
     assert decision["fallback"] == {"used": reason is not None, "reason": reason}
+    metrics = (await api.get("/metrics")).text
     if reason is None:
         assert decision["policy"] == {"name": "hpc-good", "version": "1", "kind": "onnx"}
+        assert "kairos_fallback_total{" not in metrics
     else:
         assert decision["policy"]["name"] == "f1"
+        assert f'kairos_fallback_total{{reason="{reason}"}} 1.0' in metrics
     assert decision["allocations"]  # the service keeps serving
 
 
