@@ -175,25 +175,25 @@ class RedisQueue:
         Raises :class:`QueueUnavailableError` when Redis fails (and marks the queue unavailable).
         """
         assert self._redis is not None
+        redis = self._redis
         self.in_flight += 1
+        got: Any = None
         try:
-            await self._redis.xadd(
-                self.keys.stream,
-                {"req": request_to_json(request)},
-                maxlen=self.max_len,
-                approximate=True,
-            )
-            # Redis times BLPOP out only at its hz tick (~100 ms late): the client enforces the
-            # wait itself (a cancelled BLPOP's connection is dropped, not reused)
-            try:
-                got = await asyncio.wait_for(
-                    self._redis.blpop([self.keys.reply(request.request_id)], wait_s + 1.0),
-                    timeout=max(wait_s, 0.001),
+            # the whole exchange is bounded by the deadline on the client side: Redis times BLPOP
+            # out only at its hz tick (~100 ms late), and a hung server would block XADD; a
+            # cancelled command's connection is dropped, not reused
+            async with asyncio.timeout(max(wait_s, 0.001)):
+                await redis.xadd(
+                    self.keys.stream,
+                    {"req": request_to_json(request)},
+                    maxlen=self.max_len,
+                    approximate=True,
                 )
-            except TimeoutError:
-                got = None
+                got = await redis.blpop([self.keys.reply(request.request_id)], wait_s + 1.0)
+        except TimeoutError:
+            got = None  # no answer in time: the caller's fallback decides
         except UNAVAILABLE as exc:
-            if not isinstance(exc, TimeoutError | RedisTimeoutError):
+            if not isinstance(exc, RedisTimeoutError):
                 self._mark(False, exc)  # refused/reset: Redis is gone; a slow connect is not
             raise QueueUnavailableError(str(exc)) from exc
         finally:

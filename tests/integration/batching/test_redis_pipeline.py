@@ -179,3 +179,26 @@ def test_sigkilled_worker_pending_entries_are_reclaimed(
     ids = [a["request_id"] for a in answers]
     assert sorted(stored_request_ids(pg_url, ids)) == sorted(ids)
     client.close()
+
+
+def test_a_hung_redis_costs_a_deadline_not_an_outage(
+    service: Service, redis_server: RedisServer, pg_url: str
+) -> None:
+    service.start_api()  # no worker: nothing would answer through the stream anyway
+    assert redis_server.proc is not None
+    redis_server.proc.send_signal(signal.SIGSTOP)
+    try:
+        body = snapshot(1, deadline_ms=200)
+        started = time.perf_counter()
+        answer = httpx.post(f"{service.base_url}/v1/decide", json=body, timeout=30).json()
+        elapsed = time.perf_counter() - started
+        assert answer["fallback"] == {"used": True, "reason": "deadline_exceeded"}
+        assert elapsed < 5.0
+        # slow pings (not refusals) degrade the queue after a few seconds; then in-process
+        wait_until(lambda: readyz(service.base_url)["queue"] == "degraded", 15, "degraded")
+        served = httpx.post(f"{service.base_url}/v1/decide", json=snapshot(2), timeout=30).json()
+        assert served["fallback"]["used"] is False
+        assert served["policy"]["kind"] == "onnx"
+    finally:
+        redis_server.proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: readyz(service.base_url)["queue"] == "ok", 10, "queue ok again")
