@@ -7,7 +7,8 @@ Usage: ``python -m benchmarks.simulate [--kth PATH] [--repeat N] [--quick]``
   (a) ``sim.rlscheduler_reference``, a straightforward list-sorting implementation of the same
   semantics measured in this run, and (b) RLScheduler's published speeds on this kind of machine
   (SJF 85k jobs/s without / 47k with backfilling, F1 16k / 29k; environment 4.1k steps/s);
-* kairos semantics (``sim.kairos``: every decision through ``app.domain.decision.decide``);
+* kairos semantics: ``sim.kairos`` (every decision through ``app.domain.decision.decide``) and
+  ``sim.kairos_fast`` (its node-count twin for heuristics, tested equal);
 * ``sim.env.SchedulingEnv`` steps/s (the service's decision step + the shared encoder), and
   ``sim.vecenv.VectorSchedulingEnv`` (the same steps on node counts, batched).
 
@@ -25,11 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from app.domain.decision import DecisionConfig
-from app.domain.heuristics import get_heuristic
+from app.domain.heuristics import ScoreHeuristic, get_heuristic
 from app.domain.policy import OrderingPolicy
 from app.domain.types import Backfill
 from sim.env import SchedulingEnv
 from sim.kairos import simulate_kairos
+from sim.kairos_fast import simulate_kairos_fast
 from sim.rlscheduler import sample_starts, simulate_sequence
 from sim.rlscheduler_reference import reference_simulate
 from sim.traces.swf import SwfTrace, load_swf
@@ -109,31 +111,33 @@ def bench_rlscheduler(
 
 
 def bench_kairos(trace: SwfTrace, start: int, length: int) -> None:
-    print(f"\nkairos semantics (app.domain.decision.decide at every decision point), {length} jobs")
-    baseline: float | None = None
+    print(
+        f"\nkairos semantics, {length} jobs: decide() at every decision point (the core) vs "
+        "sim.kairos_fast (its tested node-count twin)"
+    )
     cases = [
-        ("fcfs", Backfill.NONE, True),
-        ("sjf", Backfill.EASY, True),
-        ("f1", Backfill.EASY, True),
-        ("sjf", Backfill.EASY, False),
+        ("fcfs", Backfill.NONE),
+        ("sjf", Backfill.EASY),
+        ("f1", Backfill.EASY),
+        ("f1", Backfill.NONE),
     ]
-    for policy, backfill, pooled in cases:
+    for policy, backfill in cases:
         config = DecisionConfig(backfill=backfill)
         heuristic = get_heuristic(policy)
 
-        def replay(
-            h: OrderingPolicy = heuristic, c: DecisionConfig = config, p: bool = pooled
-        ) -> None:
-            simulate_kairos(trace, start, length, h, config=c, pooled=p)
+        def core(h: OrderingPolicy = heuristic, c: DecisionConfig = config) -> None:
+            simulate_kairos(trace, start, length, h, config=c, pooled=True)
 
-        t = _time(replay, 1)
-        rate = length / t.cpu_s
-        if baseline is None:
-            baseline = rate
-        machine = "1 pooled node" if pooled else f"{trace.max_nodes} nodes"
+        def twin(h: OrderingPolicy = heuristic, b: Backfill = backfill) -> None:
+            assert isinstance(h, ScoreHeuristic)
+            simulate_kairos_fast(trace, start, length, h, backfill=b)
+
+        t_core = _time(core, 1)
+        t_twin = _time(twin, 3)
+        core_rate, twin_rate = length / t_core.cpu_s, length / t_twin.cpu_s
         print(
-            f"  {policy:<5} backfill={backfill.value:<5} {machine:<14} {rate:>9,.0f} jobs/s "
-            f"(x{rate / baseline:.2f} vs fcfs/none)"
+            f"  {policy:<5} backfill={backfill.value:<5} core {core_rate:>9,.0f} jobs/s   "
+            f"twin {twin_rate:>9,.0f} jobs/s (x{twin_rate / core_rate:.0f})"
         )
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 from app.domain.decision import DecisionConfig
-from app.domain.heuristics import get_heuristic
+from app.domain.heuristics import ScoreHeuristic, get_heuristic
 from app.domain.policy import OrderingPolicy, SteppingPolicy
 from app.domain.types import Backfill
 from sim.kairos import simulate_kairos
+from sim.kairos_fast import simulate_kairos_fast
 from sim.rlscheduler import RlsPolicy, SequenceResult, simulate_sequence
 from sim.traces.swf import SwfTrace
 
@@ -23,13 +24,16 @@ def run_sequence(
     length: int,
     backfill: Backfill = Backfill.EASY,
     semantics: Semantics = "kairos",
+    fast: bool = True,
 ) -> SequenceResult:
     """Jobs ``[start, start + length)`` of ``trace`` from an empty cluster.
 
     ``semantics="rlscheduler"`` takes an RLScheduler heuristic name (:class:`RlsPolicy`);
     ``"kairos"`` takes a heuristic name of :mod:`app.domain.heuristics` or a policy object
     (e.g. an ONNX policy) and drives the service's decision core, on a pooled machine (decisions
-    equal the per-node machine's, see :mod:`sim.kairos`).
+    equal the per-node machine's, see :mod:`sim.kairos`).  With ``fast`` (default), queue-order
+    heuristics run on :mod:`sim.kairos_fast`, the node-count twin of the core that is tested to
+    start every job at the same time; ``fast=False`` calls ``decide()`` at every decision point.
     """
     if semantics == "rlscheduler":
         if not isinstance(policy, str):
@@ -42,6 +46,8 @@ def run_sequence(
             backfill=backfill is Backfill.EASY,
         )
     resolved = get_heuristic(policy) if isinstance(policy, str) else policy
+    if fast and isinstance(resolved, ScoreHeuristic):
+        return simulate_kairos_fast(trace, start, length, resolved, backfill=backfill)
     return simulate_kairos(
         trace, start, length, resolved, config=DecisionConfig(backfill=backfill), pooled=True
     )

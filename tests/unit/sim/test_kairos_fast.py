@@ -1,0 +1,70 @@
+"""The fast heuristic twin starts every job exactly when the real core (KairosSimulator) does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.domain.decision import DecisionConfig
+from app.domain.heuristics import HEURISTICS, get_heuristic
+from app.domain.types import Backfill
+from sim.kairos import KairosSimulator, simulate_kairos, workload_from_trace
+from sim.kairos_fast import is_static, simulate_kairos_fast, simulate_workload_fast
+from sim.traces.swf import load_swf, parse_swf
+
+DATA = Path(__file__).resolve().parents[3] / "data"
+
+
+@st.composite
+def traces(draw):
+    max_nodes = draw(st.integers(1, 10))
+    ppn = draw(st.sampled_from([1, 2]))
+    n = draw(st.integers(1, 40))
+    lines = [f"; MaxNodes: {max_nodes}\n", f"; MaxProcs: {max_nodes * ppn}\n"]
+    t = 0
+    for i in range(1, n + 1):
+        t += draw(st.sampled_from([0, 0, 1, 7, 30, 90]))
+        run = draw(st.sampled_from([1, 10, 30, 60, 61, 300]))
+        procs = draw(st.integers(1, max_nodes * ppn))
+        req = draw(st.sampled_from([-1, run, run * 3, max(1, run - 20)]))
+        user = draw(st.integers(1, 3))
+        lines.append(f"{i} {t} -1 {run} {procs} -1 -1 -1 {req} -1 1 {user} -1 -1 0 -1 -1 -1\n")
+    return parse_swf(lines)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    trace=traces(),
+    policy=st.sampled_from(sorted(HEURISTICS)),
+    backfill=st.sampled_from([Backfill.NONE, Backfill.EASY]),
+)
+def test_fast_twin_equals_the_core(trace, policy, backfill):
+    heuristic = get_heuristic(policy)
+    workload = workload_from_trace(trace)
+    core = KairosSimulator(workload, config=DecisionConfig(backfill=backfill), pooled=True)
+    expected = core.run(heuristic)
+    got = simulate_workload_fast(workload, heuristic, backfill)
+    assert got.start.tolist() == expected.start.tolist()
+    assert got.end_time == expected.end_time
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "sjf", "wfp3", "unicep", "f1"])
+@pytest.mark.parametrize("backfill", [Backfill.NONE, Backfill.EASY])
+def test_fast_twin_equals_the_core_on_lublin(policy, backfill):
+    trace = load_swf(DATA / "lublin_256.swf.gz")
+    heuristic = get_heuristic(policy)
+    expected = simulate_kairos(
+        trace, 7085, 200, heuristic, config=DecisionConfig(backfill=backfill), pooled=True
+    )
+    got = simulate_kairos_fast(trace, 7085, 200, heuristic, backfill=backfill)
+    assert got.start.tolist() == expected.start.tolist()
+
+
+def test_static_detection():
+    assert is_static(get_heuristic("sjf"))
+    assert is_static(get_heuristic("f1"))
+    assert not is_static(get_heuristic("wfp3"))
+    assert not is_static(get_heuristic("unicep"))
