@@ -267,7 +267,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
 
     start: list[float] = [-1.0] * n
     queue: list[int] = [prio[0]]  # heap of priority ranks, lazily purged of started jobs
-    waiting: dict[int, None] = {0: None}  # insertion (= arrival = index) order
+    nwait = 1  # queued jobs
     # backfilling only: the queued jobs as sorted (request_time, job) pairs
     byreq: list[tuple[int, int]] = [(request[0], 0)] if backfill else []
     running: list[tuple[float, int, int]] = []  # heap of (end, start sequence, job)
@@ -294,7 +294,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                         if submit[nxt] > now:
                             now = float(submit[nxt])
                         heappush(queue, prio[nxt])
-                        waiting[nxt] = None
+                        nwait += 1
                         nxt += 1
                     if rel > now:
                         now = rel
@@ -334,7 +334,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                                 free -= nk
                                 heappush(running, (now + run[k], counter, k))
                                 counter += 1
-                                del waiting[k]
+                                nwait -= 1
                                 del byreq[bisect_left(byreq, (request[k], k))]
                             else:
                                 keep.append(k)
@@ -350,14 +350,14 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                         if submit[k] > now:
                             now = float(submit[k])
                         heappush(queue, prio[k])
-                        waiting[k] = None
+                        nwait += 1
                         # only the new arrival can newly qualify (free and now unchanged/later)
                         if now + request[k] < shadow and nodes[k] <= free:
                             start[k] = now
                             free -= nodes[k]
                             heappush(running, (now + run[k], counter, k))
                             counter += 1
-                            del waiting[k]
+                            nwait -= 1
                         else:
                             insort(byreq, (request[k], k))
                             if now + request[k] < shadow:
@@ -375,11 +375,11 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
         free -= need
         heappush(running, (now + run[j], counter, j))
         counter += 1
-        del waiting[j]
+        nwait -= 1
         if backfill:
             del byreq[bisect_left(byreq, (request[j], j))]
 
-        if not waiting:
+        if not nwait:
             if nxt >= n:
                 return start, now
             # advance until exactly one job has arrived
@@ -389,7 +389,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                     if submit[nxt] > now:
                         now = float(submit[nxt])
                     heappush(queue, prio[nxt])
-                    waiting[nxt] = None
+                    nwait += 1
                     if backfill:
                         insort(byreq, (request[nxt], nxt))
                     nxt += 1
