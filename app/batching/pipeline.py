@@ -3,8 +3,9 @@
 * Embedded (no ``KAIROS_REDIS_URL``): requests go through an in-process :class:`MicroBatcher`
   whose handler is :func:`app.policy.selector.decide_many` (step-synchronous, in a thread).
 * Redis: requests are ``XADD``ed to the stream and answered by ``kairos worker`` processes.  When
-  Redis is unreachable (or fails mid-request) the request is decided in-process instead, and
-  :meth:`DecisionPipeline.queue_health` reports ``degraded`` until Redis answers pings again.
+  Redis is unreachable (or fails mid-request), or no worker has sent a heartbeat lately, the
+  request is decided in-process instead, and :meth:`DecisionPipeline.queue_health` reports
+  ``degraded`` until Redis answers pings and a worker is alive again.
 * Deadline: a request has until ``deadline`` (epoch seconds) to be decided by its primary policy;
   if no answer arrives by then (plus ``grace_s`` for the trip), the fallback heuristic decides
   with ``fallback.reason = "deadline_exceeded"``.
@@ -123,7 +124,7 @@ class DecisionPipeline:
     def queue_health(self) -> QueueHealth:
         if self.queue is None:
             return "ok" if self.batcher.running else "down"
-        return "ok" if self.queue.available else "degraded"
+        return "ok" if self.queue.usable else "degraded"
 
     def queue_depth(self) -> int:
         """Requests waiting in this process (in the batcher or for a worker's reply)."""
@@ -135,7 +136,7 @@ class DecisionPipeline:
     # ------------------------------------------------------------------ deciding
 
     async def decide(self, request: DecisionRequest) -> DecisionOutcome:
-        if self.queue is not None and self.queue.available:
+        if self.queue is not None and self.queue.usable:
             remaining = self._remaining(request)
             try:
                 reply = await self.queue.submit(request, remaining + self.options.grace_s)

@@ -62,6 +62,10 @@ return 0
 """
 
 
+#: workers heartbeat this often; the API counts those seen within ``WORKER_ALIVE_S``
+HEARTBEAT_S = 1.0
+WORKER_ALIVE_S = 3.0
+
 #: poll interval of the worker's batch top-up reads
 POLL_S = 0.0005
 
@@ -90,6 +94,11 @@ class StreamKeys:
 
     def done(self, request_id: str) -> str:
         return f"{self.prefix}:done:{request_id}"
+
+    @property
+    def heartbeats(self) -> str:
+        """Sorted set: worker name -> epoch seconds of its last heartbeat."""
+        return f"{self.prefix}:heartbeats"
 
 
 def _client(url: str) -> aioredis.Redis:
@@ -123,6 +132,8 @@ class RedisQueue:
         self.ping_interval_s = ping_interval_s
         self.available = False
         self.in_flight = 0
+        #: workers whose heartbeat is fresh (counted at every ping)
+        self.workers = 0
         self._slow_pings = 0
         self._redis: aioredis.Redis | None = None
         self._monitor: asyncio.Task[None] | None = None
@@ -155,7 +166,30 @@ class RedisQueue:
         else:
             self._slow_pings = 0
             self._mark(True, None)
+            await self._count_workers()
         return self.available
+
+    async def _count_workers(self) -> None:
+        assert self._redis is not None
+        try:
+            alive = await asyncio.wait_for(
+                self._redis.zcount(self.keys.heartbeats, time.time() - WORKER_ALIVE_S, "+inf"),
+                timeout=1.0,
+            )
+        except UNAVAILABLE:
+            return  # the next ping decides about availability
+        except ResponseError:
+            return
+        if int(alive) == 0 and self.workers > 0:
+            logger.warning("no live kairos worker: deciding in-process")
+        elif int(alive) > 0 and self.workers == 0:
+            logger.info("%d kairos worker(s) alive: decisions go through the stream", alive)
+        self.workers = int(alive)
+
+    @property
+    def usable(self) -> bool:
+        """Redis answers and at least one worker heartbeats."""
+        return self.available and self.workers > 0
 
     def _mark(self, available: bool, exc: BaseException | None) -> None:
         if available and not self.available:
@@ -266,10 +300,26 @@ class RedisWorker:
             if "BUSYGROUP" not in str(exc):
                 raise
 
+    async def _heartbeat(self) -> None:
+        """Tell the API this worker is alive (a separate task: it beats while a batch decides)."""
+        assert self._redis is not None
+        while not self._stop.is_set():
+            now = time.time()
+            try:
+                pipe = self._redis.pipeline(transaction=False)
+                pipe.zadd(self.keys.heartbeats, {self.consumer: now})
+                pipe.zremrangebyscore(self.keys.heartbeats, "-inf", now - 60.0)
+                await pipe.execute()
+            except UNAVAILABLE:
+                pass  # the main loop reports and retries
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), HEARTBEAT_S)
+
     async def run(self) -> None:
         """Until :meth:`stop`; survives outages (reconnects with backoff, recreates the group)."""
         self._redis = _client(self.url)
         backoff = 0.1
+        beat = asyncio.create_task(self._heartbeat(), name="worker-heartbeat")
         try:
             while not self._stop.is_set():
                 try:
@@ -292,6 +342,10 @@ class RedisWorker:
                     await asyncio.wait_for(self._stop.wait(), backoff)
                 backoff = min(backoff * 2, 2.0)
         finally:
+            self._stop.set()
+            await beat
+            with contextlib.suppress(*UNAVAILABLE):
+                await self._redis.zrem(self.keys.heartbeats, self.consumer)
             await self._redis.aclose()
 
     async def _loop(self) -> None:

@@ -84,7 +84,7 @@ def test_two_workers_400_concurrent_decisions(
     service.start_worker("w1")
     service.start_worker("w2")
     service.start_api()
-    assert readyz(service.base_url)["queue"] == "ok"
+    wait_until(lambda: readyz(service.base_url)["queue"] == "ok", 30, "workers alive")
     started = time.perf_counter()
     answers = asyncio.run(fire(service.base_url, 400, 32))
     elapsed = time.perf_counter() - started
@@ -118,6 +118,7 @@ def test_redis_killed_mid_flight_then_back(
     service.start_worker("w1")
     service.start_worker("w2")
     service.start_api()
+    wait_until(lambda: readyz(service.base_url)["queue"] == "ok", 30, "workers alive")
 
     async def scenario() -> list[dict[str, Any]]:
         traffic = asyncio.create_task(fire(service.base_url, 240, 16))
@@ -154,6 +155,7 @@ def test_sigkilled_worker_pending_entries_are_reclaimed(
 ) -> None:
     victim = service.start_worker("victim")
     service.start_api()
+    wait_until(lambda: readyz(service.base_url)["queue"] == "ok", 30, "victim alive")
     client = redis.Redis(port=redis_server.port)
 
     def victim_holds_entries() -> bool:
@@ -181,10 +183,17 @@ def test_sigkilled_worker_pending_entries_are_reclaimed(
     client.close()
 
 
-def test_a_hung_redis_costs_a_deadline_not_an_outage(
+def test_no_worker_or_a_hung_redis_is_not_an_outage(
     service: Service, redis_server: RedisServer, pg_url: str
 ) -> None:
-    service.start_api()  # no worker: nothing would answer through the stream anyway
+    service.start_api()
+    # no worker yet: the queue is degraded and requests are decided in-process at once
+    wait_until(lambda: readyz(service.base_url)["queue"] == "degraded", 10, "no worker")
+    alone = httpx.post(f"{service.base_url}/v1/decide", json=snapshot(0), timeout=30).json()
+    assert alone["fallback"]["used"] is False
+    assert alone["policy"]["kind"] == "onnx"
+    service.start_worker("w1")
+    wait_until(lambda: readyz(service.base_url)["queue"] == "ok", 30, "worker alive")
     assert redis_server.proc is not None
     redis_server.proc.send_signal(signal.SIGSTOP)
     try:
