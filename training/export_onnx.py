@@ -153,6 +153,11 @@ def card_fields_from_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
     if init and "initialised_from" not in training and Path(init).is_file():
         _, init_meta = load_checkpoint(Path(init))
         training["initialised_from"] = {"checkpoint": init, **init_meta.get("training", {})}
+    total, link = 0.0, training
+    while link:
+        total += float(link.get("training_time_s", 0.0))
+        link = link.get("initialised_from", {})
+    training["training_time_total_s"] = round(total, 1)
     seeds: dict[str, Any] = {"training": training.get("seed")}
     if "initialised_from" in training:
         seeds["initialisation"] = training["initialised_from"].get("seed")
