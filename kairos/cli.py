@@ -1,7 +1,8 @@
 """``kairos <command>``: dispatch to the CLI that owns the command.
 
 * ``serve``, ``migrate``, ``worker`` -> :mod:`app.cli` (the service; needs no torch)
-* ``evaluate`` -> :mod:`sim.cli` (the trace-driven simulator)
+* ``evaluate`` -> :mod:`sim.cli` (the trace-driven simulator), with the ONNX policy loader of
+  :mod:`kairos.policy_loader` registered so ``--policies`` accepts model names
 * ``train`` -> :mod:`training.cli` (needs the ``train`` extra)
 
 Each module exposes ``main(argv: list[str]) -> int``; only the chosen one is imported.
@@ -39,6 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"kairos: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)  # noqa: T201
         return 2
+    if command == "evaluate":
+        from kairos.policy_loader import register
+
+        register()
     module = importlib.import_module(COMMANDS[command][0])
     entry = cast(Callable[[list[str]], int], module.main)
     return entry([command, *rest])
