@@ -32,7 +32,6 @@ import hashlib
 import heapq
 import math
 import struct
-from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -138,7 +137,7 @@ def prepare(trace: SwfTrace, start: int, length: int) -> PreparedSequence:
         raise ValueError(f"sequence [{start}, {stop}) is outside the trace's {trace.n_jobs} jobs")
     ppn = trace.procs_per_node
     procs = trace.processors[start:stop].tolist()
-    nodes = [p if ppn == 1.0 else math.ceil(p / ppn) for p in procs]
+    nodes = list(procs) if ppn == 1.0 else [math.ceil(p / ppn) for p in procs]
     too_big = [i for i, k in enumerate(nodes) if k > trace.max_nodes]
     if too_big:
         i = too_big[0]
@@ -179,10 +178,8 @@ def simulate_sequence(
     )
     prio = _ranks(keys, length)
     submit = trace.submit_time[start:stop]
-    if not backfill:
-        fcfs: list[int] = []  # unused without backfilling
-    elif bool(np.all(submit[1:] > submit[:-1])):
-        fcfs = list(range(length))  # distinct submit times: FCFS rank = index
+    if not backfill or bool(np.all(submit[1:] > submit[:-1])):
+        fcfs: list[int] = []  # unused, or distinct submit times: FCFS rank = index
     else:
         fcfs = _ranks([submit.astype(np.float64), prio.astype(np.float64)], length).tolist()
     starts, end_time = run_heuristic(seq, prio.tolist(), fcfs, backfill=backfill)
@@ -199,8 +196,7 @@ def simulate_sequence(
 
 def _reserve(
     running: list[tuple[float, int, int]],
-    start: list[float],
-    request: list[int],
+    est: list[float],
     nodes: list[int],
     free: int,
     ppn: float,
@@ -210,8 +206,10 @@ def _reserve(
 ) -> tuple[float, list[tuple[float, int, int]], int]:
     """RLScheduler's shadow time, and the effect of its in-place sort of the running list.
 
-    Shadow: running jobs by requested end ``start + request_time``, nodes accumulated until the
-    job fits.  RLScheduler sorts its running list in place by that key (stable); the list order
+    ``est[k]`` is job ``k``'s requested end ``start + request_time`` (set when it starts).
+    Shadow: running jobs by requested end, nodes accumulated until the job fits (the order among
+    equal requested ends cannot change the shadow, so it is left to the sort).
+    RLScheduler sorts its running list in place by that key (stable); the list order
     only matters between jobs that end at the same time (it decides which one a completion event
     releases first), and among those the list position is the rank order.  So jobs sharing an
     end get new ranks (from ``counter`` on) in ``(requested end, rank)`` order; others keep theirs.
@@ -219,9 +217,11 @@ def _reserve(
     """
     free_procs = free * ppn
     shadow = now
-    for est, k in sorted([(start[e[2]] + request[e[2]], e[2]) for e in running]):
+    ks = [e[2] for e in running]
+    ks.sort(key=est.__getitem__)
+    for k in ks:
         free_procs += nodes[k] * ppn
-        shadow = est
+        shadow = est[k]
         if free_procs >= procs_needed:
             break
     if len({e[0] for e in running}) == len(running):
@@ -234,7 +234,7 @@ def _reserve(
         while stop < m and by_end[stop][0] == end:
             stop += 1
         if stop - i > 1:
-            group = sorted(by_end[i:stop], key=lambda e: (start[e[2]] + request[e[2]], e[1]))
+            group = sorted(by_end[i:stop], key=lambda e: (est[e[2]], e[1]))
             for p, e in enumerate(group):
                 by_end[i + p] = (e[0], counter + p, e[2])
             counter += stop - i
@@ -245,7 +245,8 @@ def _reserve(
 def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
     seq: PreparedSequence, prio: list[int], fcfs: list[int], *, backfill: bool
 ) -> tuple[list[float], float]:
-    """The event loop.  ``prio`` / ``fcfs`` are per-job ranks (see the module docstring).
+    """The event loop.  ``prio`` / ``fcfs`` are per-job ranks (see the module docstring); an
+    empty ``fcfs`` means the FCFS order is the index order (distinct submit times).
 
     Returns the start time of every job and the time of the last start.
     """
@@ -266,10 +267,12 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
         by_prio[p] = j
 
     start: list[float] = [-1.0] * n
+    est: list[float] = [0.0] * n if backfill else []  # requested ends (start + request)
     queue: list[int] = [prio[0]]  # heap of priority ranks, lazily purged of started jobs
     nwait = 1  # queued jobs
-    # backfilling only: the queued jobs as sorted (request_time, job) pairs
-    byreq: list[tuple[int, int]] = [(request[0], 0)] if backfill else []
+    # backfilling only: the queued jobs, in arrival (= index) order
+    waiting: dict[int, None] = {0: None} if backfill else {}
+    sort_cands = bool(fcfs)  # else FCFS order = index order = arrival order
     running: list[tuple[float, int, int]] = []  # heap of (end, start sequence, job)
     free = seq.total_nodes
     now = float(submit[0])
@@ -312,11 +315,11 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                             break
                 else:
                     shadow, running, counter = _reserve(
-                        running, start, request, nodes, free, ppn, procs[j], now, counter
+                        running, est, nodes, free, ppn, procs[j], now, counter
                     )
                 lim = shadow - now
-                cands = [e[1] for e in byreq[: bisect_left(byreq, (lim, -1))]]
-                if len(cands) > 1:
+                cands = [k for k in waiting if request[k] < lim]
+                if sort_cands and len(cands) > 1:
                     cands.sort(key=fcfs.__getitem__)
                 scan = True
                 cmin = 0  # fewest nodes any candidate needs (a scan is useless below it)
@@ -333,9 +336,10 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                                 start[k] = now
                                 free -= nk
                                 heappush(running, (now + run[k], counter, k))
+                                est[k] = now + request[k]
                                 counter += 1
                                 nwait -= 1
-                                del byreq[bisect_left(byreq, (request[k], k))]
+                                del waiting[k]
                             else:
                                 keep.append(k)
                                 if nk < cmin:
@@ -356,10 +360,11 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                             start[k] = now
                             free -= nodes[k]
                             heappush(running, (now + run[k], counter, k))
+                            est[k] = now + request[k]
                             counter += 1
                             nwait -= 1
                         else:
-                            insort(byreq, (request[k], k))
+                            waiting[k] = None
                             if now + request[k] < shadow:
                                 cands.append(k)
                                 if nodes[k] < cmin:
@@ -377,7 +382,8 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
         counter += 1
         nwait -= 1
         if backfill:
-            del byreq[bisect_left(byreq, (request[j], j))]
+            del waiting[j]
+            est[j] = now + request[j]
 
         if not nwait:
             if nxt >= n:
@@ -391,7 +397,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                     heappush(queue, prio[nxt])
                     nwait += 1
                     if backfill:
-                        insort(byreq, (request[nxt], nxt))
+                        waiting[nxt] = None
                     nxt += 1
                     break
                 if rel > now:
