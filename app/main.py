@@ -19,6 +19,7 @@ from app.api.middleware import BodyLimitMiddleware, IdempotencyMiddleware, Metri
 from app.api.v1 import api_router
 from app.api.v1.health import router as health_router
 from app.batching.pipeline import pipeline_from_settings
+from app.db.decision_writer import DecisionWriter
 from app.db.engine import make_engine
 from app.db.migrate import is_behind, upgrade_to_head
 from app.db.session import Database
@@ -56,6 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sqlite_busy_timeout_s=settings.SQLITE_BUSY_TIMEOUT_S,
         )
         database = Database(engine)
+        writer = DecisionWriter(database)
         pipeline = pipeline_from_settings(settings, on_batch=metrics.observe_batch)
         metrics.track_queue_depth(pipeline.queue_depth)
         decisions = DecisionService(
@@ -67,10 +69,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 logger.info("database schema is behind; upgrading to head")
                 await upgrade_to_head(engine)
             await decisions.start()
+            writer.start()
             app.state.database = database
             app.state.decisions = decisions
+            app.state.decision_writer = writer
             yield
         finally:
+            await writer.close()
             await decisions.close()
             await database.dispose()
 

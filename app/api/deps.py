@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.decision_writer import DecisionWriter
 from app.db.session import Database
 from app.observability import Metrics
 from app.services.context import Ctx
@@ -36,6 +37,11 @@ def get_decision_service(request: Request) -> DecisionService:
     return service
 
 
+def get_decision_writer(request: Request) -> DecisionWriter:
+    writer: DecisionWriter = request.app.state.decision_writer
+    return writer
+
+
 def get_metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
@@ -44,6 +50,7 @@ def get_metrics(request: Request) -> Metrics:
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 DatabaseDep = Annotated[Database, Depends(get_database)]
 DecisionServiceDep = Annotated[DecisionService, Depends(get_decision_service)]
+DecisionWriterDep = Annotated[DecisionWriter, Depends(get_decision_writer)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
+from app.db.decision_writer import DecisionWriter, DuplicateRequestError
 from app.db.orm import ClusterRecord, DecisionRecord, JobRecord, NodeRecord
 from app.db.repositories.decision_repository import DecisionRepository
 from app.db.repositories.job_repository import JobRepository
@@ -302,13 +303,19 @@ def _with_submit(spec: dict[str, Any], default: float) -> dict[str, Any]:
 
 
 async def decide_snapshot(
-    ctx: Ctx,
+    tenant: str,
     body: DecideRequest,
     *,
     decisions: DecisionService,
+    writer: DecisionWriter,
     settings: Settings,
     request_id: str | None = None,
 ) -> DecisionRead:
+    """Decide a snapshot and store the decision (group commit, ADR 0026).
+
+    No transaction is open while the decision is computed: the record is handed to the
+    :class:`DecisionWriter`, which returns once it is committed.
+    """
     problems = []
     for field, name in (("policy", body.policy), ("fallback", body.fallback)):
         if name is not None and not decisions.knows(name):
@@ -334,7 +341,7 @@ async def decide_snapshot(
     except InvalidSnapshotError as exc:
         raise _snapshot_error(exc, "body.") from None
     record = decision_record(
-        tenant=ctx.tenant,
+        tenant=tenant,
         cluster=None,
         state=state,
         spec=spec,
@@ -342,5 +349,10 @@ async def decide_snapshot(
         request_id=request_id,
         dry_run=True,
     )
-    await _store(ctx, record)
+    try:
+        await writer.add(record)
+    except DuplicateRequestError:
+        raise ConflictError(
+            f"request {record.request_id!r} was already decided", code="duplicate_request"
+        ) from None
     return decision_read(record)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Header
 
-from app.api.deps import CtxDep, DecisionServiceDep, SettingsDep
+from app.api.deps import CtxDep, DecisionServiceDep, DecisionWriterDep, SettingsDep, TenantDep
 from app.api.errors import ERROR_RESPONSES
 from app.api.v1.params import ClusterId, Cursor, DecisionId, Limit
 from app.schemas.common import DEFAULT_PAGE_LIMIT, Page, example
@@ -83,13 +83,19 @@ async def decide(
         DecideRequest,
         Body(openapi_examples={"small": example("Two nodes, two pending jobs", DECIDE_EXAMPLE)}),
     ],
-    ctx: CtxDep,
+    tenant: TenantDep,
     decisions: DecisionServiceDep,
+    writer: DecisionWriterDep,
     settings: SettingsDep,
     request_id: RequestId = None,
 ) -> DecisionRead:
     return await scheduling.decide_snapshot(
-        ctx, body, decisions=decisions, settings=settings, request_id=request_id
+        tenant,
+        body,
+        decisions=decisions,
+        writer=writer,
+        settings=settings,
+        request_id=request_id,
     )
 
 

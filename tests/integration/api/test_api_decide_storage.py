@@ -1,0 +1,68 @@
+"""``POST /v1/decide`` stores every decision exactly once through the group-commit writer
+(ADR 0026): concurrent requests share transactions, a response means the row is committed, and a
+repeated ``X-Request-ID`` is 409 for every request but one, even when the repeats arrive in the
+same batch."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import httpx
+from fastapi import FastAPI
+from sqlalchemy import func, select
+
+from app.db.orm import DecisionRecord
+from app.db.session import Database
+from app.schemas.decision import DECIDE_EXAMPLE
+
+
+async def _count(app: FastAPI, request_ids: list[str]) -> int:
+    database: Database = app.state.database
+    async with database.transaction(write=False) as session:
+        stmt = select(func.count()).where(DecisionRecord.request_id.in_(request_ids))
+        return int((await session.execute(stmt)).scalar_one())
+
+
+async def test_concurrent_decisions_are_each_stored_before_the_answer(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    ids = [f"req-{uuid.uuid4().hex}" for _ in range(40)]
+    responses = await asyncio.gather(
+        *(client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": i}) for i in ids)
+    )
+    assert [r.status_code for r in responses] == [200] * len(ids), responses[0].text
+    assert [r.json()["request_id"] for r in responses] == ids
+    assert await _count(app, ids) == len(ids)
+    for r in responses[:3]:  # each answer is readable at once, with its input snapshot
+        detail = await client.get(f"/v1/decisions/{r.json()['id']}")
+        assert detail.status_code == 200, detail.text
+        assert detail.json()["input"]["pending"][0]["id"] == "p1"
+        assert detail.json()["created_at"] == r.json()["created_at"]
+
+
+async def test_a_repeated_request_id_is_stored_once_and_answered_409(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    rid = f"req-{uuid.uuid4().hex}"
+    others = [f"req-{uuid.uuid4().hex}" for _ in range(6)]
+    calls = [rid] * 6 + others
+    responses = await asyncio.gather(
+        *(
+            client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": i})
+            for i in calls
+        )
+    )
+    statuses = [r.status_code for r in responses]
+    assert statuses[:6].count(200) == 1, statuses
+    assert statuses[:6].count(409) == 5, statuses
+    assert statuses[6:] == [200] * len(others)  # batch-mates of the duplicates are unaffected
+    for r in responses[:6]:
+        if r.status_code == 409:
+            assert r.json()["error"]["code"] == "duplicate_request"
+    assert await _count(app, [rid]) == 1
+    assert await _count(app, others) == len(others)
+    again = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": rid})
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "duplicate_request"
+    assert await _count(app, [rid]) == 1
