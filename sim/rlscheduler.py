@@ -275,7 +275,8 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
     sort_cands = bool(fcfs)  # else FCFS order = index order = arrival order
     running: list[tuple[float, int, int]] = []  # heap of (end, start sequence, job)
     free = seq.total_nodes
-    now = float(submit[0])
+    # times stay Python ints (the trace's integer seconds): int-int comparisons are the fastest
+    now: float = submit[0]
     nxt = 1
     counter = 0  # rank of the next started job (see _reserve)
 
@@ -295,7 +296,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                     rel = running[0][0]
                     while nxt < n and submit[nxt] <= rel:
                         if submit[nxt] > now:
-                            now = float(submit[nxt])
+                            now = submit[nxt]
                         heappush(queue, prio[nxt])
                         nwait += 1
                         nxt += 1
@@ -352,7 +353,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                         k = nxt
                         nxt += 1
                         if submit[k] > now:
-                            now = float(submit[k])
+                            now = submit[k]
                         heappush(queue, prio[k])
                         nwait += 1
                         # only the new arrival can newly qualify (free and now unchanged/later)
@@ -393,7 +394,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                 rel = running[0][0] if running else _INF
                 if submit[nxt] <= rel:
                     if submit[nxt] > now:
-                        now = float(submit[nxt])
+                        now = submit[nxt]
                     heappush(queue, prio[nxt])
                     nwait += 1
                     if backfill:
