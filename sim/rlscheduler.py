@@ -138,9 +138,8 @@ def prepare(trace: SwfTrace, start: int, length: int) -> PreparedSequence:
     ppn = trace.procs_per_node
     procs = trace.processors[start:stop].tolist()
     nodes = list(procs) if ppn == 1.0 else [math.ceil(p / ppn) for p in procs]
-    too_big = [i for i, k in enumerate(nodes) if k > trace.max_nodes]
-    if too_big:
-        i = too_big[0]
+    if nodes and max(nodes) > trace.max_nodes:
+        i = next(i for i, k in enumerate(nodes) if k > trace.max_nodes)
         raise ValueError(
             f"job {int(trace.job_id[start + i])} needs {nodes[i]} nodes; "
             f"the machine has {trace.max_nodes}"
@@ -181,7 +180,10 @@ def simulate_sequence(
     if not backfill or bool(np.all(submit[1:] > submit[:-1])):
         fcfs: list[int] = []  # unused, or distinct submit times: FCFS rank = index
     else:
-        fcfs = _ranks([submit.astype(np.float64), prio.astype(np.float64)], length).tolist()
+        order = np.lexsort((prio, submit))  # (submit, prio); prio ranks are distinct
+        ranks = np.empty(length, dtype=np.int64)
+        ranks[order] = np.arange(length)
+        fcfs = ranks.tolist()
     starts, end_time = run_heuristic(seq, prio.tolist(), fcfs, backfill=backfill)
     return SequenceResult(
         submit=trace.submit_time[start:stop].astype(np.float64),
@@ -266,7 +268,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
     for j, p in enumerate(prio):
         by_prio[p] = j
 
-    start: list[float] = [-1.0] * n
+    start: list[float] = [-1] * n
     est: list[float] = [0.0] * n if backfill else []  # requested ends (start + request)
     queue: list[int] = [prio[0]]  # heap of priority ranks, lazily purged of started jobs
     nwait = 1  # queued jobs
@@ -284,7 +286,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
         # ---- decision: the policy's choice among the queued jobs
         while True:
             j = by_prio[queue[0]]
-            if start[j] < 0.0:
+            if start[j] < 0:
                 break
             heappop(queue)
         need = nodes[j]
