@@ -57,7 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sqlite_busy_timeout_s=settings.SQLITE_BUSY_TIMEOUT_S,
         )
         database = Database(engine)
-        writer = DecisionWriter(database)
+        writer = DecisionWriter(database, sqlite_busy_timeout_s=settings.SQLITE_BUSY_TIMEOUT_S)
         pipeline = pipeline_from_settings(settings, on_batch=metrics.observe_batch)
         metrics.track_queue_depth(pipeline.queue_depth)
         decisions = DecisionService(

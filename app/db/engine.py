@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -49,7 +49,7 @@ def make_engine(
         engine = create_async_engine(
             target, connect_args={"timeout": sqlite_busy_timeout_s}, pool_pre_ping=False
         )
-        _configure_sqlite(engine, busy_timeout_ms=int(sqlite_busy_timeout_s * 1000))
+        _configure_sqlite(engine.sync_engine, busy_timeout_ms=int(sqlite_busy_timeout_s * 1000))
         return engine
     return create_async_engine(
         target,
@@ -60,8 +60,27 @@ def make_engine(
     )
 
 
-def _configure_sqlite(engine: AsyncEngine, *, busy_timeout_ms: int) -> None:
-    sync_engine = engine.sync_engine
+def sqlite_file_twin(engine: AsyncEngine, *, busy_timeout_s: float = 30.0) -> Engine | None:
+    """A synchronous (pysqlite) engine on the same SQLite *file* as ``engine``, configured the
+    same way (WAL, ``synchronous=NORMAL``, ``BEGIN IMMEDIATE`` on request), for code that runs a
+    whole transaction in one worker thread instead of one aiosqlite thread hop per statement.
+    None for other databases and for in-memory SQLite (a second connection would see another
+    database)."""
+    if not is_sqlite(engine):
+        return None
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    sync = create_engine(
+        engine.url.set(drivername="sqlite+pysqlite"),
+        connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
+        pool_pre_ping=False,
+    )
+    _configure_sqlite(sync, busy_timeout_ms=int(busy_timeout_s * 1000))
+    return sync
+
+
+def _configure_sqlite(sync_engine: Engine, *, busy_timeout_ms: int) -> None:
 
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -40,6 +40,11 @@ class Database:
                 await session.rollback()
                 raise
 
+    @property
+    def sqlite_write_lock(self) -> asyncio.Lock:
+        """The in-process lock every SQLite write transaction holds (see the module doc)."""
+        return self._write_lock
+
     async def ping(self) -> bool:
         try:
             async with self.engine.connect() as conn:

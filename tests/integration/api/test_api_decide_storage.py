@@ -12,6 +12,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy import func, select
 
+from app.db.decision_writer import DecisionWriter, DuplicateRequestError
 from app.db.orm import DecisionRecord
 from app.db.session import Database
 from app.schemas.decision import DECIDE_EXAMPLE
@@ -66,3 +67,42 @@ async def test_a_repeated_request_id_is_stored_once_and_answered_409(
     assert again.status_code == 409
     assert again.json()["error"]["code"] == "duplicate_request"
     assert await _count(app, [rid]) == 1
+
+
+def _record(request_id: str) -> DecisionRecord:
+    return DecisionRecord(
+        id=f"dec_{uuid.uuid4().hex}",
+        request_id=request_id,
+        tenant="default",
+        policy_name="f1",
+        policy_version="1",
+        policy_kind="heuristic",
+        fallback_used=False,
+        allocations=[],
+        reservations=[],
+        queue_length=0,
+        latency_ms=1.0,
+        dry_run=True,
+        input_snapshot={"now": 0.0, "nodes": []},
+    )
+
+
+async def test_a_duplicate_inside_one_batch_fails_alone(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """Queued in the same tick, the three records share one batch: the duplicate's
+    IntegrityError sends the batch row by row, and only the second copy fails."""
+    writer: DecisionWriter = app.state.decision_writer
+    rid, other = f"req-{uuid.uuid4().hex}", f"req-{uuid.uuid4().hex}"
+    results = await asyncio.gather(
+        writer.add(_record(rid)),
+        writer.add(_record(rid)),
+        writer.add(_record(other)),
+        return_exceptions=True,
+    )
+    assert results[0] is None
+    assert isinstance(results[1], DuplicateRequestError)
+    assert results[1].request_id == rid
+    assert results[2] is None
+    assert await _count(app, [rid]) == 1
+    assert await _count(app, [other]) == 1
