@@ -176,16 +176,22 @@ def simulate_workload_fast(
 def _shadow(
     running: dict[int, tuple[float, float, str]], tasks: list[int], free: int, need: int, now: float
 ) -> tuple[float, int]:
-    """Earliest start of a job needing ``need`` nodes, and the free nodes then."""
+    """Earliest start of a job needing ``need`` nodes, and the free nodes then.
+
+    Like the core, overdue jobs (requested end already past) all count as released at ``now``,
+    together; later ends release in groups of equal end.
+    """
     ends = sorted((v, k) for k, v in running.items())
     i, m = 0, len(ends)
     while i < m:
         t = ends[i][0][0]
-        while i < m and ends[i][0][0] == t:
+        if t < now:
+            t = now
+        while i < m and ends[i][0][0] <= t:
             free += tasks[ends[i][1]]
             i += 1
         if free >= need:
-            return (t if t > now else now), free
+            return t, free
     raise RuntimeError("a job needs more nodes than the machine has")
 
 

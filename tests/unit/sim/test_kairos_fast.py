@@ -51,6 +51,26 @@ def test_fast_twin_equals_the_core(trace, policy, backfill):
     assert got.end_time == expected.end_time
 
 
+@pytest.mark.parametrize("policy", ["fcfs", "f1"])
+def test_overdue_jobs_release_together_at_now(policy):
+    # jobs 1 and 2 overrun their requests (ends 40 and 41 are past at t=44): the core releases
+    # both at now, so job 5's reservation leaves one node spare and job 7 backfills at 44
+    rows = [(0, 60, 1, 40), (0, 61, 1, 41), (0, 1, 1, 1), (0, 1, 1, 1), (7, 1, 9, 1),
+            (14, 1, 1, 1), (44, 1, 1, 1)]  # fmt: skip
+    lines = ["; MaxNodes: 10\n", "; MaxProcs: 10\n"]
+    lines += [
+        f"{i} {s} -1 {r} {p} -1 -1 -1 {q} -1 1 1 -1 -1 0 -1 -1 -1\n"
+        for i, (s, r, p, q) in enumerate(rows, start=1)
+    ]
+    workload = workload_from_trace(parse_swf(lines))
+    heuristic = get_heuristic(policy)
+    core = KairosSimulator(workload, config=DecisionConfig(backfill=Backfill.EASY), pooled=True)
+    expected = core.run(heuristic)
+    got = simulate_workload_fast(workload, heuristic, Backfill.EASY)
+    assert expected.start[6] == 44.0
+    assert got.start.tolist() == expected.start.tolist()
+
+
 @pytest.mark.parametrize("policy", ["fcfs", "sjf", "wfp3", "unicep", "f1"])
 @pytest.mark.parametrize("backfill", [Backfill.NONE, Backfill.EASY])
 def test_fast_twin_equals_the_core_on_lublin(policy, backfill):
