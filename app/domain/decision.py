@@ -24,12 +24,14 @@ may also drive themselves: ``while not run.done: run.apply(pick(run.view()))``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import numpy as np
+import numpy.typing as npt
 
+from app.domain.encoding import StepArrays
 from app.domain.errors import DecisionFinishedError, InvalidPickError, SnapshotError
 from app.domain.placement import (
     FloatArray,
@@ -107,6 +109,7 @@ class _Info:
     single: bool
     key: tuple[object, ...]  # shape key: same key, same fit/placement
     invalid: str | None = None
+    index: int = -1  # position in DecisionRun._infos
 
 
 @dataclass(slots=True)
@@ -124,11 +127,79 @@ class _Release:
         return (_end_key(self.end), self.submit, self.job_id)
 
 
+BoolArray = npt.NDArray[np.bool_]
+
+
 @dataclass(slots=True)
 class _StepCache:
-    fits: list[bool]
-    mask: list[bool]
+    fits: BoolArray
+    mask: BoolArray
     candidates: list[_Info]
+    at: IntArray  # positions of the candidates in ``DecisionRun._infos``
+    view: StepView | None = None
+
+
+@dataclass(slots=True)
+class _Vectors:
+    """The stepping path's per-decision arrays, one row per ``_Info`` (built on the first step).
+
+    ``fits_now`` of every job is computed for all rows at once from ``k`` (tasks that fit per job
+    and node), which is kept up to date by recomputing only the node columns an allocation
+    touched.  Every value equals what ``_place_now`` computes job by job (same float operations).
+    """
+
+    demand: FloatArray  # [J, R] per task (sanitised like _Info.demand)
+    total: FloatArray  # [J, R] tasks * demand
+    need: FloatArray  # [J, R] per-node need of the "largest free" pre-check
+    safe: FloatArray  # [J, R] demand, 1.0 where not positive (no division by zero)
+    positive: BoolArray  # [J, R]
+    tasks: FloatArray  # [J]
+    single: BoolArray  # [J]
+    usable: BoolArray  # [J] valid, tasks > 0, some node up
+    excluded: BoolArray  # [J] unschedulable / no known end (never changes within a round)
+    alive: BoolArray  # [J] not allocated yet
+    ends: FloatArray  # [J] now + walltime_s
+    k: FloatArray  # [J, N]
+    dirty: set[int]  # node rows whose k column is stale
+    fits: BoolArray | None = None  # [J], valid until the next allocation
+    # encoder inputs (raw job values, as the encoder reads them from the jobs)
+    raw_total: FloatArray | None = None
+    submit: FloatArray | None = None
+    walltime: FloatArray | None = None
+    priority: FloatArray | None = None
+
+
+class _FreeView(Mapping[str, Resources]):
+    """``StepView.free`` built on first access from a copy of the free matrix at that step."""
+
+    __slots__ = ("_data", "_free", "_names", "_nodes", "_up")
+
+    def __init__(
+        self, free: FloatArray, names: tuple[str, ...], nodes: tuple[Node, ...], up: list[Node]
+    ) -> None:
+        self._free = free
+        self._names = names
+        self._nodes = nodes
+        self._up = up
+        self._data: dict[str, Resources] | None = None
+
+    def _materialise(self) -> dict[str, Resources]:
+        if self._data is None:
+            out: dict[str, Resources] = {n.id: {} for n in self._nodes}
+            names = self._names
+            for row, values in enumerate(self._free.tolist()):
+                out[self._up[row].id] = dict(zip(names, values, strict=True))
+            self._data = out
+        return self._data
+
+    def __getitem__(self, key: str) -> Resources:
+        return self._materialise()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._materialise())
+
+    def __len__(self) -> int:
+        return len(self._nodes)
 
 
 def _check_vector(r: Resources, where: str) -> None:
@@ -249,6 +320,8 @@ class DecisionRun:
         self._max_free: list[float] | None = None
         self._reachable: FloatArray | None = None
         self._exclusion_cache: dict[tuple[object, ...], str | None] = {}
+        self._vec: _Vectors | None = None
+        self._capacity: Mapping[str, float] | None = None
         if self.config.max_allocations is not None and self.config.max_allocations <= 0:
             self._stopped = True
 
@@ -269,6 +342,10 @@ class DecisionRun:
             (n for n in state.nodes if n.state == NodeState.UP), key=lambda n: n.id
         )
         self._row: dict[str, int] = {n.id: i for i, n in enumerate(self._up_nodes)}
+        #: up rows in ``state.nodes`` order (the order of ``StepView.free``)
+        self._rows_in_node_order: IntArray = np.array(
+            [self._row[n.id] for n in state.nodes if n.id in self._row], dtype=np.intp
+        )
         r = len(names_t)
         shape = (len(self._up_nodes), r)
         cap = np.array([to_tuple(n.capacity, names_t) for n in self._up_nodes]).reshape(shape)
@@ -340,6 +417,7 @@ class DecisionRun:
                 single=single,
                 key=(tasks, single, dt),
                 invalid=invalid,
+                index=len(self._infos),
             )
             self._infos.append(info)
             self._by_id[job.id] = info
@@ -454,6 +532,11 @@ class DecisionRun:
             Allocation(info.job.id, tuple(Placement(self._up_nodes[r].id, t) for r, t in rows))
         )
         self._allocated.add(info.job.id)
+        vec = self._vec
+        if vec is not None:
+            vec.alive[info.index] = False
+            vec.dirty.update(r for r, _ in rows)
+            vec.fits = None
         self._fit_cache.clear()
         self._hold_cache.clear()
         self._max_free = None
@@ -636,31 +719,130 @@ class DecisionRun:
 
     # ------------------------------------------------------------------ stepping interface
 
+    def _vectors(self) -> _Vectors:
+        vec = self._vec
+        if vec is None:
+            vec = self._vec = self._build_vectors()
+        return vec
+
+    def _build_vectors(self) -> _Vectors:
+        infos = self._infos
+        j, r = len(infos), len(self.resource_names)
+        # on the first step, as the per-job path: the "reachable" matrix is the initial one
+        excluded = np.array([self._exclusion(i) is not None for i in infos], dtype=np.bool_)
+        demand = np.array([i.job_demand for i in infos], dtype=np.float64).reshape(j, r)
+        total = np.array([i.total for i in infos], dtype=np.float64).reshape(j, r)
+        tasks = np.array([i.tasks for i in infos], dtype=np.float64)
+        single = np.array([i.single for i in infos], dtype=np.bool_)
+        positive = demand > 0.0
+        up = bool(self._up_nodes)
+        vec = _Vectors(
+            demand=demand,
+            total=total,
+            need=np.where(single[:, None], total, demand),
+            safe=np.where(positive, demand, 1.0),
+            positive=positive,
+            tasks=tasks,
+            single=single,
+            usable=np.array(
+                [up and i.invalid is None and i.tasks > 0 for i in infos], dtype=np.bool_
+            ),
+            excluded=excluded,
+            alive=np.array([i.job.id not in self._allocated for i in infos], dtype=np.bool_),
+            ends=np.array([self.now + i.job.walltime_s for i in infos], dtype=np.float64),
+            k=np.zeros((j, self._free.shape[0])),
+            dirty=set(range(self._free.shape[0])),
+        )
+        return vec
+
+    def _k_columns(self, vec: _Vectors, free_rows: FloatArray) -> FloatArray:
+        """``max_tasks_per_node`` of every job on the given rows of ``free + slack``: [J, n]."""
+        j, n = vec.demand.shape[0], free_rows.shape[0]
+        if vec.demand.shape[1] == 0:
+            k: FloatArray = np.full((j, n), np.inf)
+        else:
+            with np.errstate(over="ignore"):  # a subnormal demand: k = inf, clipped to tasks
+                ratio = free_rows[None, :, :] / vec.safe[:, None, :]
+            k = np.where(vec.positive[:, None, :], ratio, np.inf).min(axis=2)
+        np.floor(k, out=k)
+        np.minimum(k, vec.tasks[:, None], out=k)
+        np.maximum(k, 0.0, out=k)
+        return k
+
+    def _fits_all(self, vec: _Vectors) -> BoolArray:
+        """``_place_now(info) is not None`` for every job (same pre-checks, same k)."""
+        if vec.fits is not None:
+            return vec.fits
+        if self._free.shape[0] == 0:
+            vec.fits = np.zeros(len(self._infos), dtype=np.bool_)
+            return vec.fits
+        free_slack = self._free + self._slack
+        if vec.dirty:
+            rows = np.array(sorted(vec.dirty), dtype=np.intp)
+            vec.k[:, rows] = self._k_columns(vec, free_slack[rows])
+            vec.dirty.clear()
+        bound = np.array(self._free_total) + np.array(self._slack_total)
+        ok = ~(vec.positive & ~(vec.total <= bound)).any(axis=1)
+        ok &= ~(vec.positive & ~(vec.need <= free_slack.max(axis=0))).any(axis=1)
+        placeable = np.where(vec.single, vec.k.max(axis=1), vec.k.sum(axis=1)) >= vec.tasks
+        vec.fits = vec.usable & ok & placeable
+        return vec.fits
+
     def _compute_step(self) -> _StepCache:
         if self._step is not None:
             return self._step
-        allocated = self._allocated
-        candidates = [i for i in self._infos if i.job.id not in allocated]
-        fits: list[bool] = []
-        mask: list[bool] = []
-        head = self._phase == Phase.HEAD
-        for info in candidates:
-            if self._exclusion(info) is not None:
-                fits.append(False)
-                mask.append(False)
-                continue
-            rows = self._place_now(info)
-            fits.append(rows is not None)
-            if head:
-                mask.append(True)
-            elif info is self._reserved or rows is None or self._stopped:
-                mask.append(False)
-            else:
-                mask.append(self._backfill_rows(info) is not None)
+        vec = self._vectors()
+        at = np.flatnonzero(vec.alive)
+        candidates = [self._infos[j] for j in at.tolist()]
+        excluded = vec.excluded[at]
+        fits = self._fits_all(vec)[at] & ~excluded
         if self._stopped:
-            mask = [False] * len(candidates)
-        self._step = _StepCache(fits, mask, candidates)
+            mask = np.zeros(len(candidates), dtype=np.bool_)
+        elif self._phase == Phase.HEAD:
+            mask = ~excluded
+        else:
+            mask = fits.copy()
+            if self._reserved is not None:
+                mask &= at != self._reserved.index
+            start_at = self._reservation_start()
+            # ends after the shadow time: allowed only if the reservation still fits (rule b)
+            for p in np.flatnonzero(mask & ~(vec.ends[at] <= start_at)).tolist():
+                mask[p] = self._backfill_rows(candidates[p]) is not None
+        self._step = _StepCache(fits, mask, candidates, at)
         return self._step
+
+    def _step_arrays(self, step: _StepCache) -> StepArrays:
+        vec = self._vectors()
+        if vec.raw_total is None:  # the encoder's inputs, read from the jobs once per decision
+            names = self.resource_names
+            jobs = [i.job for i in self._infos]
+            vec.raw_total = np.array(
+                [[job.tasks * float(job.per_task.get(n, 0.0)) for n in names] for job in jobs],
+                dtype=np.float64,
+            ).reshape(len(jobs), len(names))
+            vec.submit = np.array([job.submit_time for job in jobs], dtype=np.float64)
+            vec.walltime = np.array([job.walltime_s for job in jobs], dtype=np.float64)
+            vec.priority = np.array([job.priority for job in jobs], dtype=np.float64)
+        assert vec.submit is not None
+        assert vec.walltime is not None
+        assert vec.priority is not None
+        rows = self._rows_in_node_order
+        if rows.size:
+            # sequential sum in StepView.free order, as the encoder's per-node loop
+            free = np.add.accumulate(np.maximum(self._free[rows], 0.0), axis=0)[-1] + 0.0
+            free_total = tuple(free.tolist())
+        else:
+            free_total = (0.0,) * len(self.resource_names)
+        at = step.at
+        return StepArrays(
+            total_demand=vec.raw_total[at],
+            submit=vec.submit[at],
+            walltime=vec.walltime[at],
+            priority=vec.priority[at],
+            fits=step.fits,
+            mask=step.mask,
+            free_total=free_total,
+        )
 
     @property
     def phase(self) -> Phase:
@@ -670,7 +852,7 @@ class DecisionRun:
     def done(self) -> bool:
         if self._stopped:
             return True
-        return not any(self._compute_step().mask)
+        return not bool(self._compute_step().mask.any())
 
     @property
     def reservation(self) -> Reservation | None:
@@ -692,19 +874,30 @@ class DecisionRun:
         if self.done:
             raise DecisionFinishedError("the decision is done; call result()")
         step = self._compute_step()
-        cap_total = dict(zip(self.resource_names, self._cap_total, strict=True))
-        return StepView(
-            now=self.now,
-            phase=self._phase,
-            nodes=self.state.nodes,
-            free=MappingProxyType(self.free()),
-            schedulable_capacity=MappingProxyType(cap_total),
-            candidates=tuple(i.job for i in step.candidates),
-            mask=tuple(step.mask),
-            fits_now=tuple(step.fits),
-            reservation=self._reservation,
-            resource_names=self.resource_names,
-        )
+        if step.view is None:
+            step.view = StepView(
+                now=self.now,
+                phase=self._phase,
+                nodes=self.state.nodes,
+                free=_FreeView(
+                    self._free.copy(), self.resource_names, self.state.nodes, self._up_nodes
+                ),
+                schedulable_capacity=self._capacity_view(),
+                candidates=tuple(i.job for i in step.candidates),
+                mask=tuple(step.mask.tolist()),
+                fits_now=tuple(step.fits.tolist()),
+                reservation=self._reservation,
+                resource_names=self.resource_names,
+                arrays=self._step_arrays(step),
+            )
+        return step.view
+
+    def _capacity_view(self) -> Mapping[str, float]:
+        cap = self._capacity
+        if cap is None:
+            names = self.resource_names
+            cap = self._capacity = MappingProxyType(dict(zip(names, self._cap_total, strict=True)))
+        return cap
 
     def apply(self, index: int) -> None:
         """Apply the policy's pick: ``index`` into the last ``view().candidates``."""

@@ -107,6 +107,28 @@ _LOG_QUEUE_SCALE: Final = math.log1p(QUEUE_SCALE)
 
 
 @dataclass(frozen=True, slots=True)
+class StepArrays:
+    """Per-candidate arrays of a :class:`StepView`, aligned with ``view.candidates``.
+
+    Built by :class:`~app.domain.decision.DecisionRun` from arrays it keeps for the whole decision,
+    so the encoder does not walk the jobs at every step.  Every value is exactly what the encoder
+    would compute from the view (same float operations, same summation order); views without it
+    are encoded from the jobs.
+    """
+
+    #: ``job.tasks * job.per_task[name]`` per resource name (raw, as the jobs say)
+    total_demand: FloatVec  # [C, R]
+    submit: FloatVec  # [C]
+    #: ``job.walltime_s`` (raw, not clamped)
+    walltime: FloatVec  # [C]
+    priority: FloatVec  # [C]
+    fits: MaskArray  # [C], as ``view.fits_now``
+    mask: MaskArray  # [C], as ``view.mask``
+    #: sum over ``view.free`` (in its order) of ``max(0, free)``, per resource name
+    free_total: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class EncodedView:
     """One view's tensors: ``obs[N, F]``, ``mask[N]`` and ``index[N]`` (row -> candidate)."""
 
@@ -172,6 +194,10 @@ def select_window(view: StepView, max_candidates: int = DEFAULT_MAX_CANDIDATES) 
         return list(range(count))
     names = view.resource_names
     capacity = [float(view.schedulable_capacity.get(name, 0.0)) for name in names]
+    if view.arrays is not None:
+        fast = _select_window_arrays(view.arrays, capacity, max_candidates)
+        if fast is not None:
+            return fast
     jobs = view.candidates
 
     def sjf_key(i: int) -> tuple[float, float, str]:
@@ -199,6 +225,35 @@ def select_window(view: StepView, max_candidates: int = DEFAULT_MAX_CANDIDATES) 
     return sorted(chosen)
 
 
+def _select_window_arrays(
+    arrays: StepArrays, capacity: Sequence[float], max_candidates: int
+) -> list[int] | None:
+    """:func:`select_window` from the arrays; ``None`` when a key is NaN (the sort-based path
+    then decides, as NaN has no consistent order).
+
+    Candidates are in FCFS order ``(submit, id)``, so the ``id`` tie-break of the SJF and
+    "smallest" keys is the candidate index, and a stable lexsort gives the same orders.
+    """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        share = _dominant_shares(arrays.total_demand, capacity)
+    walltime, submit = arrays.walltime, arrays.submit
+    if np.isnan(share).any() or np.isnan(walltime).any() or np.isnan(submit).any():
+        return None
+    chosen: list[int] = []
+    seen: set[int] = set()
+    for group in (np.flatnonzero(arrays.mask), np.flatnonzero(~arrays.mask)):
+        by_sjf = group[np.lexsort((submit[group], walltime[group]))].tolist()
+        by_small = group[np.lexsort((submit[group], share[group]))].tolist()
+        for pair in zip(by_sjf, by_small, strict=True):
+            for i in pair:
+                if i not in seen:
+                    seen.add(i)
+                    chosen.append(i)
+                    if len(chosen) == max_candidates:
+                        return sorted(chosen)
+    return sorted(chosen)
+
+
 def _dominant_shares(demand: npt.NDArray[np.float64], available: Sequence[float]) -> FloatVec:
     """Vectorised :func:`_dominant_share` over the rows of ``demand[N, R]``."""
     if demand.shape[1] == 0:
@@ -215,21 +270,30 @@ def _fill_rows(view: StepView, rows: Sequence[int], out: ObsArray) -> None:
         return
     names = view.resource_names
     capacity = [float(view.schedulable_capacity.get(name, 0.0)) for name in names]
-    free = _aggregate_free(view.free, names)
+    arrays = view.arrays
+    free = list(arrays.free_total) if arrays is not None else _aggregate_free(view.free, names)
     with_capacity = [(f, c) for f, c in zip(free, capacity, strict=True) if c > 0.0]
     free_fraction = (
         sum(min(f, c) / c for f, c in with_capacity) / len(with_capacity) if with_capacity else 0.0
     )
     reservation = view.reservation
     jobs = [view.candidates[i] for i in rows]
-    demand = np.array(
-        [[job.tasks * float(job.per_task.get(name, 0.0)) for name in names] for job in jobs],
-        dtype=np.float64,
-    ).reshape(len(jobs), len(names))
-    submit = np.array([job.submit_time for job in jobs], dtype=np.float64)
-    walltime = np.maximum(np.array([job.walltime_s for job in jobs], dtype=np.float64), 0.0)
-    priority = np.array([job.priority for job in jobs], dtype=np.float64)
-    fits = np.array([view.fits_now[i] for i in rows], dtype=np.bool_)
+    if arrays is not None:
+        at = np.asarray(rows, dtype=np.intp)
+        demand = arrays.total_demand[at]
+        submit = arrays.submit[at]
+        walltime = np.maximum(arrays.walltime[at], 0.0)
+        priority = arrays.priority[at]
+        fits = arrays.fits[at]
+    else:
+        demand = np.array(
+            [[job.tasks * float(job.per_task.get(name, 0.0)) for name in names] for job in jobs],
+            dtype=np.float64,
+        ).reshape(len(jobs), len(names))
+        submit = np.array([job.submit_time for job in jobs], dtype=np.float64)
+        walltime = np.maximum(np.array([job.walltime_s for job in jobs], dtype=np.float64), 0.0)
+        priority = np.array([job.priority for job in jobs], dtype=np.float64)
+        fits = np.array([view.fits_now[i] for i in rows], dtype=np.bool_)
     wait = np.maximum(view.now - submit, 0.0)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         out[:, 0] = wait / WAIT_SCALE_S
@@ -274,7 +338,8 @@ def encode_view(
     width = len(rows)
     if width:
         index[:width] = rows
-        mask[:width] = np.asarray(view.mask, dtype=np.bool_)[index[:width]]
+        view_mask = view.arrays.mask if view.arrays is not None else view.mask
+        mask[:width] = np.asarray(view_mask, dtype=np.bool_)[index[:width]]
     return EncodedView(obs=obs, mask=mask, index=index)
 
 
@@ -299,19 +364,22 @@ def encode_batch(
 
     ``N`` is at least 1 so that the tensors are never empty.
     """
-    encoded = [encode_view(view, max_candidates) for view in views]
-    widest = max((len(e.mask) for e in encoded), default=0)
+    windows = [select_window(view, max_candidates) for view in views]
+    widest = max((len(rows) for rows in windows), default=0)
     n = max(1, widest) if pad_to is None else pad_to
     if n < widest:
         raise ValueError(f"pad_to={pad_to} is smaller than the widest window ({widest})")
     obs = np.zeros((len(views), n, NUM_FEATURES), dtype=np.float32)
     mask = np.zeros((len(views), n), dtype=np.bool_)
     index = np.full((len(views), n), -1, dtype=np.int64)
-    for b, e in enumerate(encoded):
-        width = len(e.mask)
-        obs[b, :width] = e.obs
-        mask[b, :width] = e.mask
-        index[b, :width] = e.index
+    for b, (view, rows) in enumerate(zip(views, windows, strict=True)):
+        width = len(rows)
+        if not width:
+            continue
+        _fill_rows(view, rows, obs[b, :width])
+        index[b, :width] = rows
+        view_mask = view.arrays.mask if view.arrays is not None else view.mask
+        mask[b, :width] = np.asarray(view_mask, dtype=np.bool_)[index[b, :width]]
     return EncodedBatch(obs=obs, mask=mask, index=index)
 
 

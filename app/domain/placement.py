@@ -48,7 +48,8 @@ def slack_matrix(capacity: FloatArray) -> FloatArray:
 def inverse_capacity(capacity: FloatArray) -> FloatArray:
     """``1 / capacity`` where capacity is positive, else 0 (a missing resource scores nothing)."""
     out: FloatArray = np.zeros_like(capacity)
-    np.divide(1.0, capacity, out=out, where=capacity > 0.0)
+    with np.errstate(over="ignore"):  # a subnormal capacity: 1 / c = inf
+        np.divide(1.0, capacity, out=out, where=capacity > 0.0)
     return out
 
 
@@ -57,16 +58,19 @@ def max_tasks_per_node(
 ) -> FloatArray:
     """``k_i`` = tasks that fit on row ``i`` (clipped to ``[0, tasks]``); floats holding integers.
 
-    ``positive`` are the column indices where ``demand > 0``; zero demand fits anywhere.
+    ``positive`` are the column indices where ``demand > 0``; zero demand fits anywhere.  A
+    subnormal demand overflows the quotient to ``inf``, which the clip turns into ``tasks``.
     """
     if positive.size == 0:
         return np.full(free.shape[0], float(tasks))
     if positive.size == 1:
         c = int(positive[0])
         k: FloatArray = free[:, c] + slack[:, c]
-        k /= demand[c]
+        with np.errstate(over="ignore"):
+            k /= demand[c]
     else:
-        k = ((free[:, positive] + slack[:, positive]) / demand[positive]).min(axis=1)
+        with np.errstate(over="ignore"):
+            k = ((free[:, positive] + slack[:, positive]) / demand[positive]).min(axis=1)
     np.floor(k, out=k)
     np.minimum(k, float(tasks), out=k)
     np.maximum(k, 0.0, out=k)
@@ -117,6 +121,27 @@ def place_rows(
         rows = np.flatnonzero(k > 0.0)
         return _fill(rows, k, tasks)
     holds_all = k >= tasks
+    # a subnormal capacity makes inv_capacity inf: scores may be inf or NaN (NaN sorts last),
+    # as they always were, but must not warn
+    with np.errstate(over="ignore", invalid="ignore"):
+        order = _score_order(strategy, k, tasks, holds_all, free, inv_capacity, demand)
+    candidates = order[k[order] > 0.0]
+    if single_node:
+        fitting = candidates[holds_all[candidates]]
+        return [(int(fitting[0]), tasks)]
+    return _fill(candidates, k, tasks)
+
+
+def _score_order(
+    strategy: PlacementStrategy,
+    k: FloatArray,
+    tasks: int,
+    holds_all: npt.NDArray[np.bool_],
+    free: FloatArray,
+    inv_capacity: FloatArray,
+    demand: FloatArray,
+) -> IntArray:
+    """Rows in best-fit or Tetris order (ties by row, i.e. node id)."""
     if strategy == PlacementStrategy.BEST_FIT:
         used = np.minimum(k, float(tasks))
         left = ((free - used[:, None] * demand[None, :]) * inv_capacity).sum(axis=1)
@@ -128,11 +153,7 @@ def place_rows(
         alignment = ((demand[None, :] * inv_capacity) * (free * inv_capacity)).sum(axis=1)
         alignment = np.round(alignment, SCORE_DECIMALS)
         order = np.lexsort((-alignment,))  # stable: equal alignment keeps row (id) order
-    candidates = order[k[order] > 0.0]
-    if single_node:
-        fitting = candidates[holds_all[candidates]]
-        return [(int(fitting[0]), tasks)]
-    return _fill(candidates, k, tasks)
+    return np.asarray(order, dtype=np.intp)
 
 
 def place(

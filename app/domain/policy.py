@@ -13,11 +13,14 @@ A pick is always an index into ``view.candidates`` whose ``view.mask`` entry is 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from app.domain.types import Job, Node, PolicyRef, Reservation, Resources
+
+if TYPE_CHECKING:
+    from app.domain.encoding import StepArrays
 
 
 class Phase(StrEnum):
@@ -51,6 +54,10 @@ class StepView:
     fits_now: tuple[bool, ...]
     reservation: Reservation | None
     resource_names: tuple[str, ...]
+    #: optional per-candidate arrays precomputed by :class:`~app.domain.decision.DecisionRun` for
+    #: the encoder (same values as reading the jobs); views built elsewhere leave it ``None``.
+    #: Not part of equality.
+    arrays: StepArrays | None = field(default=None, compare=False, repr=False)
 
 
 @runtime_checkable
