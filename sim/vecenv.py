@@ -232,13 +232,15 @@ class _Episode:
         free = self.free
         i = 0
         shadow = math.inf
+        now = self.now
         while i < len(ends):
-            t = ends[i][0]
-            while i < len(ends) and ends[i][0] == t:
+            # as in the core: overdue jobs (requested end past) all release at now, together
+            t = max(ends[i][0], now)
+            while i < len(ends) and ends[i][0] <= t:
                 free += tasks[ends[i][3]]
                 i += 1
             if free >= need:
-                shadow = max(t, self.now)
+                shadow = t
                 break
         self.reserved = j
         self.shadow = shadow

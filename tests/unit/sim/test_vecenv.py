@@ -77,6 +77,24 @@ def test_same_steps_with_fractional_nodes_and_utilisation_reward(tmp_path):
         _compare(trace, 60, 64, backfill, 3, reward="utilization")
 
 
+def test_same_steps_when_jobs_overrun_their_requests(tmp_path):
+    """Under-estimates: overdue jobs count as released at now in the shadow, as in the core."""
+    lines = ["; MaxNodes: 8\n", "; MaxProcs: 8\n"]
+    rng = np.random.default_rng(11)
+    t = 0
+    for i in range(1, 400):
+        t += int(rng.choice([0, 3, 30, 200]))
+        run = int(rng.integers(1, 2000))
+        req = max(1, int(run * rng.choice([0.2, 0.5, 1, 3])))
+        procs = int(rng.integers(1, 9))
+        lines.append(f"{i} {t} -1 {run} {procs} -1 -1 -1 {req} -1 1 -1 -1 -1 0 -1 -1 -1\n")
+    path = tmp_path / "overrun.swf"
+    path.write_text("".join(lines))
+    trace = load_swf(path)
+    for seed in (3, 4):
+        _compare(trace, 60, 64, Backfill.EASY, seed)
+
+
 def test_batch_autoresets_and_reports_episodes(lublin):
     vec = VectorSchedulingEnv(lublin, 4, sequence_length=32)
     obs, info = vec.reset(seed=3)
