@@ -22,27 +22,27 @@ _bearer = HTTPBearer(auto_error=False, description="An API key from KAIROS_API_K
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def get_app_settings(request: Request) -> Settings:
+async def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_database(request: Request) -> Database:
+async def get_database(request: Request) -> Database:
     database: Database = request.app.state.database
     return database
 
 
-def get_decision_service(request: Request) -> DecisionService:
+async def get_decision_service(request: Request) -> DecisionService:
     service: DecisionService = request.app.state.decisions
     return service
 
 
-def get_decision_writer(request: Request) -> DecisionWriter:
+async def get_decision_writer(request: Request) -> DecisionWriter:
     writer: DecisionWriter = request.app.state.decision_writer
     return writer
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
 
