@@ -216,14 +216,18 @@ class RedisQueue:
             # the whole exchange is bounded by the deadline on the client side: Redis times BLPOP
             # out only at its hz tick (~100 ms late), and a hung server would block XADD; a
             # cancelled command's connection is dropped, not reused
+            # XADD and BLPOP go out together on one connection (one round trip, not two): the
+            # BLPOP is queued behind the XADD, so it cannot miss the reply
             async with asyncio.timeout(max(wait_s, 0.001)):
-                await redis.xadd(
+                pipe = redis.pipeline(transaction=False)
+                pipe.xadd(
                     self.keys.stream,
                     {"req": request_to_json(request)},
                     maxlen=self.max_len,
                     approximate=True,
                 )
-                got = await redis.blpop([self.keys.reply(request.request_id)], wait_s + 1.0)
+                pipe.blpop([self.keys.reply(request.request_id)], wait_s + 1.0)
+                got = (await pipe.execute())[1]
         except TimeoutError:
             got = None  # no answer in time: the caller's fallback decides
         except UNAVAILABLE as exc:
