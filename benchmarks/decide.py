@@ -162,11 +162,17 @@ async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
     latencies: list[float] = []
     fallbacks = 0
     errors = 0
-    stop_at = time.perf_counter() + seconds
+    connected = asyncio.Barrier(clients + 1)
+    go = asyncio.Event()
+    stop_at = 0.0
 
     async def client(k: int) -> None:
         nonlocal fallbacks, errors
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            # connect before the clock starts: the cell measures steady state, not TCP setup
+            await http.get("/healthz")
+            await connected.wait()
+            await go.wait()
             i = k
             while time.perf_counter() < stop_at:
                 t0 = time.perf_counter()
@@ -181,8 +187,12 @@ async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
     async with httpx.AsyncClient(base_url=url, timeout=30) as warm:
         for _ in range(3):
             await warm.post("/v1/decide", json=bodies[0])
+    tasks = [asyncio.create_task(client(k)) for k in range(clients)]
+    await connected.wait()  # every client holds an open connection
     started = time.perf_counter()
-    await asyncio.gather(*(client(k) for k in range(clients)))
+    stop_at = started + seconds
+    go.set()
+    await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - started
     lat = np.array(latencies) * 1000.0
     return Result(
