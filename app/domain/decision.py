@@ -149,12 +149,14 @@ class _Vectors:
     """
 
     demand: FloatArray  # [J, R] per task (sanitised like _Info.demand)
-    total: FloatArray  # [J, R] tasks * demand
-    need: FloatArray  # [J, R] per-node need of the "largest free" pre-check
+    #: [J, R] tasks * demand, -inf where the demand is not positive (the pre-check skips those)
+    total: FloatArray
+    need: FloatArray  # [J, R] per-node need of the "largest free" pre-check, -inf likewise
     safe: FloatArray  # [J, R] demand, 1.0 where not positive (no division by zero)
     positive: BoolArray  # [J, R]
     tasks: FloatArray  # [J]
     single: BoolArray  # [J]
+    any_single: bool
     usable: BoolArray  # [J] valid, tasks > 0, some node up
     excluded: BoolArray  # [J] unschedulable / no known end (never changes within a round)
     alive: BoolArray  # [J] not allocated yet
@@ -390,7 +392,7 @@ class DecisionRun:
         self._infos: list[_Info] = []
         self._by_id: dict[str, _Info] = {}
         names = self.resource_names
-        vectors: dict[tuple[float, ...], tuple[FloatArray, IntArray]] = {}
+        kept: list[tuple[Job, tuple[float, ...], str | None]] = []
         for job in pending:
             if job.depends_on:
                 missing = tuple(d for d in job.depends_on if d not in finished)
@@ -401,23 +403,31 @@ class DecisionRun:
             dt = to_tuple(job.per_task, names)
             if invalid is not None:
                 dt = tuple(v if v > 0.0 and math.isfinite(v) else 0.0 for v in dt)
-            vec = vectors.get(dt)
-            if vec is None:
-                demand = np.array(dt, dtype=np.float64)
-                vec = vectors[dt] = (demand, np.flatnonzero(demand > 0.0))
+            kept.append((job, dt, invalid))
+        # one matrix for every demand vector (rows are the _Info.demand views), and one
+        # "positive columns" array per sign pattern
+        r = len(names)
+        matrix = np.array([dt for _, dt, _ in kept], dtype=np.float64).reshape(len(kept), r)
+        codes = ((matrix > 0.0) @ (1 << np.arange(r, dtype=np.int64))).tolist() if r else []
+        positives: dict[int, IntArray] = {}
+        for index, (job, dt, invalid) in enumerate(kept):
+            code = codes[index] if r else 0
+            positive = positives.get(code)
+            if positive is None:
+                positive = positives[code] = np.flatnonzero(matrix[index] > 0.0)
             tasks = max(int(job.tasks), 0)
             single = job.single_node
             info = _Info(
                 job=job,
-                demand=vec[0],
-                positive=vec[1],
-                total=tuple(tasks * v for v in dt),
+                demand=matrix[index],
+                positive=positive,
+                total=tuple([tasks * v for v in dt]),
                 job_demand=dt,
                 tasks=tasks,
                 single=single,
                 key=(tasks, single, dt),
                 invalid=invalid,
-                index=len(self._infos),
+                index=index,
             )
             self._infos.append(info)
             self._by_id[job.id] = info
@@ -489,7 +499,20 @@ class DecisionRun:
         if key in cache:
             return cache[key]
         result: RowPlacement | None = None
-        if info.tasks > 0 and self._up_nodes and info.invalid is None:
+        vec = self._vec
+        if vec is not None and vec.fits is not None and not vec.dirty:
+            # the stepping path has k and the pre-checks of every job for the current free matrix
+            if vec.fits[info.index]:
+                result = place_rows(
+                    self.config.placement,
+                    vec.k[info.index],
+                    info.tasks,
+                    info.single,
+                    self._free,
+                    self._inv_cap,
+                    info.demand,
+                )
+        elif info.tasks > 0 and self._up_nodes and info.invalid is None:
             ft, st = self._free_total, self._slack_total
             positive = info.positive.tolist()
             ok = all(info.total[c] <= ft[c] + st[c] for c in positive)
@@ -738,12 +761,13 @@ class DecisionRun:
         up = bool(self._up_nodes)
         vec = _Vectors(
             demand=demand,
-            total=total,
-            need=np.where(single[:, None], total, demand),
+            total=np.where(positive, total, -np.inf),
+            need=np.where(positive, np.where(single[:, None], total, demand), -np.inf),
             safe=np.where(positive, demand, 1.0),
             positive=positive,
             tasks=tasks,
             single=single,
+            any_single=bool(single.any()),
             usable=np.array(
                 [up and i.invalid is None and i.tasks > 0 for i in infos], dtype=np.bool_
             ),
@@ -758,12 +782,16 @@ class DecisionRun:
     def _k_columns(self, vec: _Vectors, free_rows: FloatArray) -> FloatArray:
         """``max_tasks_per_node`` of every job on the given rows of ``free + slack``: [J, n]."""
         j, n = vec.demand.shape[0], free_rows.shape[0]
-        if vec.demand.shape[1] == 0:
-            k: FloatArray = np.full((j, n), np.inf)
-        else:
-            with np.errstate(over="ignore"):  # a subnormal demand: k = inf, clipped to tasks
-                ratio = free_rows[None, :, :] / vec.safe[:, None, :]
-            k = np.where(vec.positive[:, None, :], ratio, np.inf).min(axis=2)
+        r = vec.demand.shape[1]
+        ratio = np.full((j, n, r), np.inf)
+        with np.errstate(over="ignore"):  # a subnormal demand: k = inf, clipped to tasks
+            np.divide(
+                free_rows[None, :, :],
+                vec.safe[:, None, :],
+                out=ratio,
+                where=vec.positive[:, None, :],
+            )
+        k: FloatArray = ratio[:, :, 0] if r == 1 else ratio.min(axis=2, initial=np.inf)
         np.floor(k, out=k)
         np.minimum(k, vec.tasks[:, None], out=k)
         np.maximum(k, 0.0, out=k)
@@ -781,11 +809,16 @@ class DecisionRun:
             rows = np.array(sorted(vec.dirty), dtype=np.intp)
             vec.k[:, rows] = self._k_columns(vec, free_slack[rows])
             vec.dirty.clear()
+        # the pre-checks of _place_now (-inf: a resource the job does not need passes)
         bound = np.array(self._free_total) + np.array(self._slack_total)
-        ok = ~(vec.positive & ~(vec.total <= bound)).any(axis=1)
-        ok &= ~(vec.positive & ~(vec.need <= free_slack.max(axis=0))).any(axis=1)
-        placeable = np.where(vec.single, vec.k.max(axis=1), vec.k.sum(axis=1)) >= vec.tasks
-        vec.fits = vec.usable & ok & placeable
+        fits = (vec.total <= bound).all(axis=1)
+        fits &= (vec.need <= free_slack.max(axis=0)).all(axis=1)
+        fits &= vec.usable
+        held = vec.k.sum(axis=1)
+        if vec.any_single:
+            held = np.where(vec.single, vec.k.max(axis=1), held)
+        fits &= held >= vec.tasks
+        vec.fits = np.asarray(fits, dtype=np.bool_)
         return vec.fits
 
     def _compute_step(self) -> _StepCache:

@@ -254,8 +254,11 @@ def _select_window_arrays(
     return sorted(chosen)
 
 
-def _dominant_shares(demand: npt.NDArray[np.float64], available: Sequence[float]) -> FloatVec:
-    """Vectorised :func:`_dominant_share` over the rows of ``demand[N, R]``."""
+def _dominant_shares(
+    demand: npt.NDArray[np.float64], available: Sequence[float] | FloatVec
+) -> FloatVec:
+    """Vectorised :func:`_dominant_share` over the rows of ``demand[N, R]`` (``available``: one
+    ``[R]`` vector, or one row per demand row)."""
     if demand.shape[1] == 0:
         return np.zeros(demand.shape[0])
     have = np.asarray(available, dtype=np.float64)
@@ -320,6 +323,102 @@ def _fill_rows(view: StepView, rows: Sequence[int], out: ObsArray) -> None:
     np.clip(out, 0.0, 1.0, out=out)
 
 
+def _fill_many(views: Sequence[StepView], windows: Sequence[Sequence[int]]) -> ObsArray:
+    """:func:`_fill_rows` of many views at once: their rows stacked into one ``[M, F]`` block.
+
+    Every view carries :class:`StepArrays` and the same ``resource_names``.  Per-view values
+    (``now``, the reservation, the phase, the free totals...) are repeated per row, so each
+    element goes through exactly the operations (and float32 casts) of :func:`_fill_rows`.
+    """
+    names = views[0].resource_names
+    widths = [len(rows) for rows in windows]
+    m = sum(widths)
+    out = np.zeros((m, NUM_FEATURES), dtype=np.float32)
+    if m == 0:
+        return out
+    per_view: list[tuple[float, ...]] = []
+    capacities: list[list[float]] = []
+    frees: list[tuple[float, ...]] = []
+    reserved = np.zeros(m, dtype=np.float64)
+    parts: list[tuple[FloatVec, FloatVec, FloatVec, FloatVec, MaskArray]] = []
+    offset = 0
+    for view, rows in zip(views, windows, strict=True):
+        arrays = view.arrays
+        assert arrays is not None
+        capacity = [float(view.schedulable_capacity.get(name, 0.0)) for name in names]
+        free = arrays.free_total
+        with_capacity = [(f, c) for f, c in zip(free, capacity, strict=True) if c > 0.0]
+        free_fraction = (
+            sum(min(f, c) / c for f, c in with_capacity) / len(with_capacity)
+            if with_capacity
+            else 0.0
+        )
+        reservation = view.reservation
+        has, start, horizon = 0.0, 0.0, 0.0
+        if reservation is not None and rows:
+            has, start = 1.0, reservation.start_at
+            horizon = (reservation.start_at - view.now) / WAIT_SCALE_S
+            jobs = view.candidates
+            for k, i in enumerate(rows):
+                if jobs[i].id == reservation.job_id:
+                    reserved[offset + k] = 1.0
+        per_view.append(
+            (
+                view.now,
+                has,
+                start,
+                horizon,
+                1.0 if view.phase is Phase.BACKFILL else 0.0,
+                math.log1p(len(view.candidates)) / _LOG_QUEUE_SCALE,
+                free_fraction,
+            )
+        )
+        capacities.append(capacity)
+        frees.append(free)
+        at = np.asarray(rows, dtype=np.intp)
+        parts.append(
+            (
+                arrays.total_demand[at],
+                arrays.submit[at],
+                arrays.walltime[at],
+                arrays.priority[at],
+                arrays.fits[at],
+            )
+        )
+        offset += len(rows)
+    count = np.asarray(widths, dtype=np.intp)
+    scalars = np.repeat(np.asarray(per_view, dtype=np.float64), count, axis=0)
+    now, has_res, start_at = scalars[:, 0], scalars[:, 1] > 0.0, scalars[:, 2]
+    r = len(names)
+    shape = (len(views), r)
+    capacity_rows = np.repeat(np.asarray(capacities, dtype=np.float64).reshape(shape), count, 0)
+    free_rows = np.repeat(np.asarray(frees, dtype=np.float64).reshape(shape), count, axis=0)
+    demand = np.concatenate([p[0] for p in parts]).reshape(m, r)
+    submit = np.concatenate([p[1] for p in parts])
+    walltime = np.maximum(np.concatenate([p[2] for p in parts]), 0.0)
+    priority = np.concatenate([p[3] for p in parts])
+    fits = np.concatenate([p[4] for p in parts])
+    wait = np.maximum(now - submit, 0.0)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        out[:, 0] = wait / WAIT_SCALE_S
+        out[:, 1] = np.log1p(walltime) / _LOG_WALLTIME_SCALE
+        out[:, 2] = _dominant_shares(demand, capacity_rows)
+        out[:, 3] = np.where(fits, 1.0 - EPS, EPS)
+        out[:, 4] = _dominant_shares(demand, free_rows)
+        out[:, 5] = np.where(has_res, now + walltime <= start_at, 1.0)
+        out[:, 6] = reserved
+        out[:, 12] = scalars[:, 3]
+        slowdown = wait / np.maximum(walltime, SLOWDOWN_MIN_RUNTIME_S)
+        out[:, 7] = np.log1p(slowdown) / _LOG_SLOWDOWN_SCALE
+        out[:, 8] = 0.5 + 0.5 * np.tanh(priority / PRIORITY_SCALE)
+    out[:, 9] = scalars[:, 4]
+    out[:, 10] = scalars[:, 5]
+    out[:, 11] = scalars[:, 6]
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=0.0)
+    np.clip(out, 0.0, 1.0, out=out)
+    return out
+
+
 def encode_view(
     view: StepView,
     max_candidates: int = DEFAULT_MAX_CANDIDATES,
@@ -372,11 +471,21 @@ def encode_batch(
     obs = np.zeros((len(views), n, NUM_FEATURES), dtype=np.float32)
     mask = np.zeros((len(views), n), dtype=np.bool_)
     index = np.full((len(views), n), -1, dtype=np.int64)
+    stacked: ObsArray | None = None
+    if views and all(
+        v.arrays is not None and v.resource_names == views[0].resource_names for v in views
+    ):
+        stacked = _fill_many(views, windows)
+    offset = 0
     for b, (view, rows) in enumerate(zip(views, windows, strict=True)):
         width = len(rows)
         if not width:
             continue
-        _fill_rows(view, rows, obs[b, :width])
+        if stacked is None:
+            _fill_rows(view, rows, obs[b, :width])
+        else:
+            obs[b, :width] = stacked[offset : offset + width]
+            offset += width
         index[b, :width] = rows
         view_mask = view.arrays.mask if view.arrays is not None else view.mask
         mask[b, :width] = np.asarray(view_mask, dtype=np.bool_)[index[b, :width]]

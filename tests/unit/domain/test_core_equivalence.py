@@ -46,30 +46,35 @@ def _same_view(new, old) -> None:
     assert new == old  # equality ignores the precomputed arrays
 
 
-def _same_encoding(new_view, old_view, width: int) -> None:
-    expected = ref_encoding.encode_view(old_view, width)
-    for view in (new_view, replace(new_view, arrays=None)):
+def _same_encoding(new_views, old_views, width: int) -> None:
+    """``views[0]`` alone, and all of them as one batch (mixed phases, widths, clusters)."""
+    expected = ref_encoding.encode_view(old_views[0], width)
+    for view in (new_views[0], replace(new_views[0], arrays=None)):
         got = new_encoding.encode_view(view, width)
         assert got.obs.tobytes() == expected.obs.tobytes()
         assert np.array_equal(got.mask, expected.mask)
         assert np.array_equal(got.index, expected.index)
-    batch = new_encoding.encode_batch([new_view, new_view], width, pad_to=width + 2)
-    old_batch = ref_encoding.encode_batch([old_view, old_view], width, pad_to=width + 2)
-    assert batch.obs.tobytes() == old_batch.obs.tobytes()
-    assert np.array_equal(batch.mask, old_batch.mask)
-    assert np.array_equal(batch.index, old_batch.index)
+    old_batch = ref_encoding.encode_batch(old_views, width, pad_to=width + 2)
+    for views in (new_views, [replace(v, arrays=None) for v in new_views]):
+        batch = new_encoding.encode_batch(views, width, pad_to=width + 2)
+        assert batch.obs.tobytes() == old_batch.obs.tobytes()
+        assert np.array_equal(batch.mask, old_batch.mask)
+        assert np.array_equal(batch.index, old_batch.index)
 
 
 def _step_both(state: ClusterState, config, seed: int, width: int) -> None:
     weights = np.random.default_rng(seed).normal(size=new_encoding.NUM_FEATURES)
     new = new_decision.DecisionRun(state, new_decision.DecisionConfig(**_fields(config)))
     old = ref_decision.DecisionRun(state, ref_decision.DecisionConfig(**_fields(config)))
+    first: tuple[object, object] | None = None
     while not old.done:
         assert not new.done
         new_view, old_view = new.view(), old.view()
         _same_view(new_view, old_view)
+        if first is None:
+            first = (new_view, old_view)
         for w in {1, 2, width}:
-            _same_encoding(new_view, old_view, w)
+            _same_encoding([new_view, first[0]], [old_view, first[1]], w)
         enc = ref_encoding.encode_view(old_view, width)
         logits = (enc.obs.astype(np.float64) @ weights).astype(np.float32)
         row = ref_encoding.masked_argmax(logits, enc.mask)
