@@ -31,6 +31,7 @@ from app.domain.clock import epoch_now
 from app.domain.types import (
     Backfill,
     ClusterState,
+    Job,
     JobState,
     Node,
     NodeState,
@@ -39,6 +40,7 @@ from app.domain.types import (
     RunningJob,
 )
 from app.schemas.decision import DecideRequest, DecisionRead, ScheduleRequest
+from app.schemas.job import JobSpec
 from app.services.clusters import require_cluster
 from app.services.context import Ctx
 from app.services.convert import (
@@ -285,21 +287,31 @@ def state_from_request(body: DecideRequest) -> ClusterState:
         ),
         running=tuple(
             RunningJob(
-                job=job_from_spec(_with_submit(r.job.model_dump(), r.start_time)),
+                job=_job(r.job, r.start_time),
                 placements=tuple(Placement(p.node_id, p.tasks) for p in r.placements),
                 start_time=r.start_time,
             )
             for r in body.running
         ),
-        pending=tuple(job_from_spec(_with_submit(j.model_dump(), body.now)) for j in body.pending),
+        pending=tuple(_job(j, body.now) for j in body.pending),
         finished=frozenset(body.finished),
     )
 
 
-def _with_submit(spec: dict[str, Any], default: float) -> dict[str, Any]:
-    if spec.get("submit_time") is None:
-        spec["submit_time"] = default
-    return spec
+def _job(spec: JobSpec, default_submit: float) -> Job:
+    """``job_from_spec`` straight from the validated model (no ``model_dump`` per job)."""
+    return Job(
+        id=spec.id,
+        per_task=clean(spec.per_task),
+        walltime_s=float(spec.walltime_s),
+        submit_time=float(default_submit if spec.submit_time is None else spec.submit_time),
+        tasks=int(spec.tasks),
+        priority=int(spec.priority),
+        user=spec.user,
+        queue=spec.queue,
+        depends_on=tuple(spec.depends_on),
+        labels=dict(spec.labels),
+    )
 
 
 async def decide_snapshot(
