@@ -161,16 +161,23 @@ def order_one(states: Sequence[ClusterState], decision: Any, name: str) -> list[
     return [decision.decide(s, HEURISTICS[name]) for s in states]
 
 
-def _time(fn: Callable[[], object], seconds: float, per_call: int) -> float:
-    """Median ms per decision over rounds of ``fn`` lasting about ``seconds`` in total."""
-    fn()  # warm-up
-    samples: list[float] = []
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline or len(samples) < 5:
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1000.0 / per_call)
-    return statistics.median(samples)
+def _time_pair(
+    ref: Callable[[], object], new: Callable[[], object], seconds: float, per_call: int
+) -> tuple[float, float]:
+    """Median ms per decision of ``ref`` and ``new``, timed alternately (so that load from
+    other processes hits both alike) for about ``seconds`` each."""
+    ref()  # warm-up
+    new()
+    samples: tuple[list[float], list[float]] = ([], [])
+    spent = [0.0, 0.0]
+    while min(spent) < seconds or len(samples[1]) < 5:
+        for k, fn in enumerate((ref, new)):
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            spent[k] += dt
+            samples[k].append(dt * 1000.0 / per_call)
+    return statistics.median(samples[0]), statistics.median(samples[1])
 
 
 def _same(a: Sequence[Decision], b: Sequence[Decision]) -> bool:
@@ -210,8 +217,12 @@ def main(argv: list[str]) -> int:
         for label, fn, per_call in cases:
             same = _same(fn(ref_decision, ref_encoding), fn(new_decision, new_encoding))
             ok = ok and same
-            ref_ms = _time(lambda f=fn: f(ref_decision, ref_encoding), args.seconds, per_call)
-            new_ms = _time(lambda f=fn: f(new_decision, new_encoding), args.seconds, per_call)
+            ref_ms, new_ms = _time_pair(
+                lambda f=fn: f(ref_decision, ref_encoding),
+                lambda f=fn: f(new_decision, new_encoding),
+                args.seconds,
+                per_call,
+            )
             print(
                 f"{label:<28}{ref_ms:>14.3f}{new_ms:>12.3f}{ref_ms / new_ms:>9.2f}x  "
                 f"{'yes' if same else 'NO'}"

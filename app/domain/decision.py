@@ -157,6 +157,8 @@ class _Vectors:
     tasks: FloatArray  # [J]
     single: BoolArray  # [J]
     any_single: bool
+    #: some ``free / demand`` may overflow (subnormal demand): divide under ``np.errstate``
+    overflow: bool
     usable: BoolArray  # [J] valid, tasks > 0, some node up
     excluded: BoolArray  # [J] unschedulable / no known end (never changes within a round)
     alive: BoolArray  # [J] not allocated yet
@@ -751,8 +753,6 @@ class DecisionRun:
     def _build_vectors(self) -> _Vectors:
         infos = self._infos
         j, r = len(infos), len(self.resource_names)
-        # on the first step, as the per-job path: the "reachable" matrix is the initial one
-        excluded = np.array([self._exclusion(i) is not None for i in infos], dtype=np.bool_)
         demand = np.array([i.job_demand for i in infos], dtype=np.float64).reshape(j, r)
         total = np.array([i.total for i in infos], dtype=np.float64).reshape(j, r)
         tasks = np.array([i.tasks for i in infos], dtype=np.float64)
@@ -768,29 +768,67 @@ class DecisionRun:
             tasks=tasks,
             single=single,
             any_single=bool(single.any()),
+            overflow=self._may_overflow(demand[positive]),
             usable=np.array(
                 [up and i.invalid is None and i.tasks > 0 for i in infos], dtype=np.bool_
             ),
-            excluded=excluded,
+            excluded=np.zeros(j, dtype=np.bool_),
             alive=np.array([i.job.id not in self._allocated for i in infos], dtype=np.bool_),
             ends=np.array([self.now + i.job.walltime_s for i in infos], dtype=np.float64),
             k=np.zeros((j, self._free.shape[0])),
             dirty=set(range(self._free.shape[0])),
         )
+        vec.excluded = self._excluded_all(vec)
         return vec
+
+    def _may_overflow(self, demands: FloatArray) -> bool:
+        """Whether ``(free + slack) / d`` can overflow for these positive demands.
+
+        Free only shrinks within a round, so capacity + slack bounds every numerator (up to
+        rounding: hence the margin).
+        """
+        if demands.size == 0 or self._cap.size == 0:
+            return False
+        with np.errstate(over="ignore"):
+            bound = float(np.max(self._cap + self._slack)) / float(demands.min())
+        return not bound < 1e300
+
+    def _excluded_all(self, vec: _Vectors) -> BoolArray:
+        """``_exclusion(info) is not None`` for every job, computed on the first step.
+
+        As the per-job path on the first step: the "reachable" matrix (every running job
+        released) is the one of the initial free matrix, and is kept for later ``_exclusion``
+        calls (``explain``).
+        """
+        invalid = np.array([i.invalid is not None for i in self._infos], dtype=np.bool_)
+        if self._free.shape[0] == 0:
+            return np.ones(len(self._infos), dtype=np.bool_)
+        if self._reachable is None:
+            reachable = self._free.copy()
+            self._release_all(reachable, self._releases)
+            self._reachable = reachable
+        excluded = invalid | ~self._feasible_all(vec, self._cap + self._slack)
+        return excluded | ~self._feasible_all(vec, self._reachable + self._slack)
+
+    def _feasible_all(self, vec: _Vectors, free_slack: FloatArray) -> BoolArray:
+        """``_feasible_on`` of every job on one matrix (given as ``free + slack``)."""
+        k = self._k_columns(vec, free_slack)
+        held = k.sum(axis=1)
+        if vec.any_single:
+            held = np.where(vec.single, k.max(axis=1), held)
+        return np.asarray((held >= vec.tasks) & (vec.tasks > 0), dtype=np.bool_)
 
     def _k_columns(self, vec: _Vectors, free_rows: FloatArray) -> FloatArray:
         """``max_tasks_per_node`` of every job on the given rows of ``free + slack``: [J, n]."""
         j, n = vec.demand.shape[0], free_rows.shape[0]
         r = vec.demand.shape[1]
         ratio = np.full((j, n, r), np.inf)
-        with np.errstate(over="ignore"):  # a subnormal demand: k = inf, clipped to tasks
-            np.divide(
-                free_rows[None, :, :],
-                vec.safe[:, None, :],
-                out=ratio,
-                where=vec.positive[:, None, :],
-            )
+        where = vec.positive[:, None, :]
+        if vec.overflow:  # a subnormal demand: k = inf, clipped to tasks
+            with np.errstate(over="ignore"):
+                np.divide(free_rows[None], vec.safe[:, None], out=ratio, where=where)
+        else:
+            np.divide(free_rows[None], vec.safe[:, None], out=ratio, where=where)
         k: FloatArray = ratio[:, :, 0] if r == 1 else ratio.min(axis=2, initial=np.inf)
         np.floor(k, out=k)
         np.minimum(k, vec.tasks[:, None], out=k)
