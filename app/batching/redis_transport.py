@@ -290,6 +290,8 @@ class RedisWorker:
         self._stop = asyncio.Event()
         self._redis: aioredis.Redis | None = None
         self._last_claim = 0.0
+        #: workers with a fresh heartbeat (this one included), counted at every beat
+        self.live_workers = 1
 
     def stop(self) -> None:
         self._stop.set()
@@ -313,7 +315,8 @@ class RedisWorker:
                 pipe = self._redis.pipeline(transaction=False)
                 pipe.zadd(self.keys.heartbeats, {self.consumer: now})
                 pipe.zremrangebyscore(self.keys.heartbeats, "-inf", now - 60.0)
-                await pipe.execute()
+                pipe.zcount(self.keys.heartbeats, now - WORKER_ALIVE_S, "+inf")
+                self.live_workers = max(1, int((await pipe.execute())[2]))
             except UNAVAILABLE:
                 pass  # the main loop reports and retries
             with contextlib.suppress(TimeoutError):
@@ -396,6 +399,15 @@ class RedisWorker:
             return []
         return [(_s(i), f) for i, f in got[0][1]]
 
+    def batch_limit(self) -> int:
+        """This worker's share of ``max_batch``: ``ceil(max_batch / live workers)``.
+
+        A step-synchronous batch costs about the sum of its requests (ADR 0041), so one worker
+        taking a whole burst would leave the others idle while every request of the burst waits
+        for the slowest; sharing the burst lets the workers decide it in parallel.
+        """
+        return max(1, -(-self.options.max_batch // max(1, self.live_workers)))
+
     async def _collect(self) -> list[tuple[str, dict[bytes, bytes]]]:
         """Up to ``max_batch`` entries, waiting at most ``max_wait_ms`` after the first one.
 
@@ -404,12 +416,13 @@ class RedisWorker:
         they poll every ``POLL_S`` until the batch is full or the wait is over.
         """
         opts = self.options
-        batch = await self._read(opts.max_batch, opts.block_ms)
+        limit = self.batch_limit()
+        batch = await self._read(limit, opts.block_ms)
         if not batch:
             return batch
         closes_at = time.monotonic() + opts.max_wait_ms / 1000.0
-        while len(batch) < opts.max_batch:
-            more = await self._read(opts.max_batch - len(batch), None)
+        while len(batch) < limit:
+            more = await self._read(limit - len(batch), None)
             batch.extend(more)
             remaining = closes_at - time.monotonic()
             if remaining <= 0:
