@@ -39,6 +39,7 @@ from app.domain.placement import (
     RowPlacement,
     feasible,
     inverse_capacity,
+    max_tasks_from,
     max_tasks_per_node,
     place_rows,
     slack_matrix,
@@ -325,6 +326,7 @@ class DecisionRun:
         self._reachable: FloatArray | None = None
         self._exclusion_cache: dict[tuple[object, ...], str | None] = {}
         self._vec: _Vectors | None = None
+        self._free_slack: FloatArray | None = None  # free + slack, until the next allocation
         self._capacity: Mapping[str, float] | None = None
         if self.config.max_allocations is not None and self.config.max_allocations <= 0:
             self._stopped = True
@@ -410,6 +412,7 @@ class DecisionRun:
         # "positive columns" array per sign pattern
         r = len(names)
         matrix = np.array([dt for _, dt, _ in kept], dtype=np.float64).reshape(len(kept), r)
+        self._overflow = self._may_overflow(matrix[matrix > 0.0])
         codes = ((matrix > 0.0) @ (1 << np.arange(r, dtype=np.int64))).tolist() if r else []
         positives: dict[int, IntArray] = {}
         for index, (job, dt, invalid) in enumerate(kept):
@@ -521,11 +524,17 @@ class DecisionRun:
             if ok and positive:
                 mx = self._max_free
                 if mx is None:
-                    mx = self._max_free = (self._free + self._slack).max(axis=0).tolist()
+                    mx = self._max_free = self._free_plus_slack().max(axis=0).tolist()
                 per_node = info.total if info.single else info.job_demand
                 ok = all(per_node[c] <= mx[c] for c in positive)
             if ok:
-                k = self._k(self._free, info)
+                k = max_tasks_from(
+                    self._free_plus_slack(),
+                    info.demand,
+                    info.positive,
+                    info.tasks,
+                    guard=self._overflow,
+                )
                 result = place_rows(
                     self.config.placement,
                     k,
@@ -537,6 +546,12 @@ class DecisionRun:
                 )
         cache[key] = result
         return result
+
+    def _free_plus_slack(self) -> FloatArray:
+        fs = self._free_slack
+        if fs is None:
+            fs = self._free_slack = self._free + self._slack
+        return fs
 
     def _allocate(self, info: _Info, rows: RowPlacement) -> None:
         for row, t in rows:
@@ -565,6 +580,7 @@ class DecisionRun:
         self._fit_cache.clear()
         self._hold_cache.clear()
         self._max_free = None
+        self._free_slack = None
         if (
             self.config.max_allocations is not None
             and len(self._allocations) >= self.config.max_allocations
@@ -768,7 +784,7 @@ class DecisionRun:
             tasks=tasks,
             single=single,
             any_single=bool(single.any()),
-            overflow=self._may_overflow(demand[positive]),
+            overflow=self._overflow,
             usable=np.array(
                 [up and i.invalid is None and i.tasks > 0 for i in infos], dtype=np.bool_
             ),

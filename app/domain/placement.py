@@ -63,18 +63,42 @@ def max_tasks_per_node(
     """
     if positive.size == 0:
         return np.full(free.shape[0], float(tasks))
-    if positive.size == 1:
-        c = int(positive[0])
-        k: FloatArray = free[:, c] + slack[:, c]
+    return max_tasks_from(free + slack, demand, positive, tasks)
+
+
+def max_tasks_from(
+    free_slack: FloatArray,
+    demand: FloatArray,
+    positive: IntArray,
+    tasks: int,
+    *,
+    guard: bool = True,
+) -> FloatArray:
+    """:func:`max_tasks_per_node` given ``free + slack`` (the same values, one addition less).
+
+    ``guard=False`` skips the ``np.errstate`` guard when the caller knows no quotient can
+    overflow (it costs microseconds per call on the decision loop's hot path).
+    """
+    if positive.size == 0:
+        return np.full(free_slack.shape[0], float(tasks))
+    if guard:
         with np.errstate(over="ignore"):
-            k /= demand[c]
+            k = _quotients(free_slack, demand, positive)
     else:
-        with np.errstate(over="ignore"):
-            k = ((free[:, positive] + slack[:, positive]) / demand[positive]).min(axis=1)
+        k = _quotients(free_slack, demand, positive)
     np.floor(k, out=k)
     np.minimum(k, float(tasks), out=k)
     np.maximum(k, 0.0, out=k)
     return k
+
+
+def _quotients(free_slack: FloatArray, demand: FloatArray, positive: IntArray) -> FloatArray:
+    if positive.size == 1:
+        c = int(positive[0])
+        out: FloatArray = free_slack[:, c] / demand[c]
+        return out
+    out = (free_slack[:, positive] / demand[positive]).min(axis=1)
+    return out
 
 
 def feasible(k: FloatArray, tasks: int, single_node: bool) -> bool:
