@@ -132,6 +132,16 @@ BoolArray = npt.NDArray[np.bool_]
 
 
 @dataclass(slots=True)
+class _ShadowK:
+    """The reserved job's tasks per row on the shadow-time matrix, their sum and the number of
+    rows that hold it whole (integers held in floats: the sums are exact)."""
+
+    k: list[float]
+    total: float
+    full: int
+
+
+@dataclass(slots=True)
 class _StepCache:
     fits: BoolArray
     mask: BoolArray
@@ -327,6 +337,8 @@ class DecisionRun:
         self._exclusion_cache: dict[tuple[object, ...], str | None] = {}
         self._vec: _Vectors | None = None
         self._free_slack: FloatArray | None = None  # free + slack, until the next allocation
+        self._shadow_k: _ShadowK | None = None  # the reserved job's k on the shadow matrix
+        self._slack_rows: list[list[float]] | None = None
         self._capacity: Mapping[str, float] | None = None
         if self.config.max_allocations is not None and self.config.max_allocations <= 0:
             self._stopped = True
@@ -658,13 +670,61 @@ class DecisionRun:
         # same shape, same placement, same answer until the next allocation
         ok = self._hold_cache.get(info.key)
         if ok is None:
-            for row, t in rows:
-                shadow_free[row] -= t * info.demand
-            ok = self._feasible_on(shadow_free, reserved)
-            for row, t in rows:
-                shadow_free[row] += t * info.demand
-            self._hold_cache[info.key] = ok
+            ok = self._hold_cache[info.key] = self._reservation_holds(info, rows, shadow_free)
         return rows if ok else None
+
+    def _reservation_holds(self, info: _Info, rows: RowPlacement, shadow_free: FloatArray) -> bool:
+        """EASY rule (b): can the reserved job still be placed at the shadow time with ``rows``
+        of ``info`` held?
+
+        Exactly the per-job test "subtract the placement from the shadow-time matrix, test the
+        reserved job on all of it, add the placement back", but only the placement's rows are
+        recomputed (in Python floats, the same IEEE operations as numpy), against the reserved
+        job's per-row ``k`` kept for the unchanged rows.  Adding back can leave float noise
+        (``(x - y) + y != x``); the matrix keeps it, as it always did.
+        """
+        reserved = self._reserved
+        assert reserved is not None
+        sk = self._shadow_k
+        if sk is None:
+            base = self._k(shadow_free, reserved)
+            sk = self._shadow_k = _ShadowK(base.tolist(), 0.0, 0)
+            sk.total = sum(sk.k)
+            sk.full = sum(1 for v in sk.k if v >= reserved.tasks)
+        slack = self._slack_rows
+        if slack is None:
+            slack = self._slack_rows = self._slack.tolist()
+        demand = info.job_demand
+        values = shadow_free[[row for row, _ in rows]].tolist()
+        total, full = sk.total, sk.full
+        tasks = reserved.tasks
+        for (row, t), before in zip(rows, values, strict=True):
+            held = [v - t * d for v, d in zip(before, demand, strict=True)]
+            k = self._reserved_k_row(held, slack[row])
+            total += k - sk.k[row]
+            full += (k >= tasks) - (sk.k[row] >= tasks)
+            after = [v + t * d for v, d in zip(held, demand, strict=True)]
+            if after != before:  # float noise stays in the matrix
+                shadow_free[row] = after
+                k = self._reserved_k_row(after, slack[row])
+                sk.total += k - sk.k[row]
+                sk.full += (k >= tasks) - (sk.k[row] >= tasks)
+                sk.k[row] = k
+        return full > 0 if reserved.single else total >= tasks
+
+    def _reserved_k_row(self, free: list[float], slack: list[float]) -> float:
+        """``max_tasks_per_node`` of the reserved job on one row (Python floats)."""
+        reserved = self._reserved
+        assert reserved is not None
+        tasks = reserved.tasks
+        demand = reserved.job_demand
+        columns = reserved.positive.tolist()
+        if not columns:
+            return float(tasks)
+        q = min([(free[c] + slack[c]) / demand[c] for c in columns])
+        if q >= tasks:  # floor(q) >= tasks too (tasks is an integer); also q = inf
+            return float(tasks)
+        return float(max(math.floor(q), 0))
 
     def _reserve(self, info: _Info) -> None:
         found = self._earliest(info)
@@ -677,6 +737,7 @@ class DecisionRun:
             self._stopped = True
             return
         self._shadow_free = free_then
+        self._shadow_k = None
         self._phase = Phase.BACKFILL
 
     def _head(self, info: _Info) -> None:
@@ -697,6 +758,7 @@ class DecisionRun:
             assert shadow_free is not None
             for row, t in rows:
                 shadow_free[row] -= t * info.demand
+            self._shadow_k = None
         return True
 
     def _reservation_start(self) -> float:
