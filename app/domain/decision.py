@@ -688,12 +688,9 @@ class DecisionRun:
         sk = self._shadow_k
         if sk is None:
             base = self._k(shadow_free, reserved)
-            sk = self._shadow_k = _ShadowK(base.tolist(), 0.0, 0)
-            sk.total = sum(sk.k)
-            sk.full = sum(1 for v in sk.k if v >= reserved.tasks)
-        slack = self._slack_rows
-        if slack is None:
-            slack = self._slack_rows = self._slack.tolist()
+            total_k, full_k = float(base.sum()), int((base >= reserved.tasks).sum())
+            sk = self._shadow_k = _ShadowK(base.tolist(), total_k, full_k)
+        slack = self._slack_row_lists()
         demand = info.job_demand
         values = shadow_free[[row for row, _ in rows]].tolist()
         total, full = sk.total, sk.full
@@ -711,6 +708,31 @@ class DecisionRun:
                 sk.full += (k >= tasks) - (sk.k[row] >= tasks)
                 sk.k[row] = k
         return full > 0 if reserved.single else total >= tasks
+
+    def _slack_row_lists(self) -> list[list[float]]:
+        slack = self._slack_rows
+        if slack is None:
+            slack = self._slack_rows = self._slack.tolist()
+        return slack
+
+    def _hold(self, info: _Info, rows: RowPlacement) -> None:
+        """A backfilled job that ends after the shadow time holds its rows at that time."""
+        shadow_free = self._shadow_free
+        assert shadow_free is not None
+        for row, t in rows:
+            shadow_free[row] -= t * info.demand
+        sk = self._shadow_k
+        if sk is None:
+            return
+        reserved = self._reserved
+        assert reserved is not None
+        slack = self._slack_row_lists()
+        values = shadow_free[[row for row, _ in rows]].tolist()
+        for (row, _), after in zip(rows, values, strict=True):
+            k = self._reserved_k_row(after, slack[row])
+            sk.total += k - sk.k[row]
+            sk.full += (k >= reserved.tasks) - (sk.k[row] >= reserved.tasks)
+            sk.k[row] = k
 
     def _reserved_k_row(self, free: list[float], slack: list[float]) -> float:
         """``max_tasks_per_node`` of the reserved job on one row (Python floats)."""
@@ -754,11 +776,7 @@ class DecisionRun:
         ends_after_shadow = self.now + info.job.walltime_s > self._reservation_start()
         self._allocate(info, rows)
         if ends_after_shadow:  # it holds its placement at the shadow time
-            shadow_free = self._shadow_free
-            assert shadow_free is not None
-            for row, t in rows:
-                shadow_free[row] -= t * info.demand
-            self._shadow_k = None
+            self._hold(info, rows)
         return True
 
     def _reservation_start(self) -> float:
