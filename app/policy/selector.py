@@ -26,8 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+import numpy as np
+
 from app.domain.decision import DecisionConfig, DecisionRun, decide
-from app.domain.encoding import EncodedBatch, LogitsArray, encode_batch, masked_argmax
+from app.domain.encoding import EncodedBatch, LogitsArray, MaskArray, encode_batch, masked_argmax
 from app.domain.errors import DomainError, UnknownHeuristicError
 from app.domain.heuristics import get_heuristic
 from app.domain.policy import OrderingPolicy
@@ -162,14 +164,27 @@ def _deadline_passed(
     return active
 
 
+def _batch_argmax(logits: LogitsArray, mask: MaskArray) -> list[int | None] | None:
+    """:func:`masked_argmax` of every item at once (``None`` if the shapes differ: the per-item
+    function then raises as before)."""
+    if logits.shape != mask.shape or logits.ndim != 2:
+        return None
+    ok = np.asarray(mask.any(axis=1) & (np.isfinite(logits) | ~mask).all(axis=1))
+    usable = [bool(x) for x in ok]
+    rows = np.where(mask, logits, -np.inf).argmax(axis=1)  # first of equal maxima
+    return [int(r) if ok else None for r, ok in zip(rows.tolist(), usable, strict=True)]
+
+
 def _apply_picks(active: list[_Slot], encoded: EncodedBatch, logits: LogitsArray) -> None:
+    picks = _batch_argmax(logits, encoded.mask)
+    pickable = [bool(x) for x in np.asarray(encoded.mask.any(axis=1))]  # [B, N] masks
     for b, slot in enumerate(active):
         slot.max_batch = max(slot.max_batch, len(active))
         mask = encoded.mask[b]
-        if not bool(mask.any()):
+        if not pickable[b]:
             slot.failure, slot.detail = FallbackReason.ALL_MASKED, "every candidate is masked"
             continue
-        row = masked_argmax(logits[b], mask)
+        row = picks[b] if picks is not None else masked_argmax(logits[b], mask)
         if row is None:
             slot.failure = FallbackReason.NON_FINITE_OUTPUT
             slot.detail = "non-finite logits for a pickable candidate"

@@ -183,3 +183,22 @@ def test_features_always_finite_and_clipped(
     assert (encoded.obs >= 0).all()
     assert (encoded.obs <= 1).all()
     assert len(set(encoded.index.tolist())) == len(encoded.index)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 9),
+    st.integers(0, 2**32 - 1),
+)
+def test_batched_argmax_equals_masked_argmax(items: int, rows: int, seed: int) -> None:
+    """The selector's one-pass pick over a batch equals ``masked_argmax`` item by item,
+    including ties, NaN/inf logits on pickable or masked rows and fully masked items."""
+    from app.policy.selector import _batch_argmax
+
+    rng = np.random.default_rng(seed)
+    pool = np.array([0.0, 1.0, 1.0, -2.5, np.nan, np.inf, -np.inf, 3.0], dtype=np.float32)
+    logits = rng.choice(pool, size=(items, rows)).astype(np.float32)
+    mask = rng.random((items, rows)) < 0.6
+    got = _batch_argmax(logits, mask)
+    assert got == [masked_argmax(logits[b], mask[b]) for b in range(items)]
