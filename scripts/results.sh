@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Regenerate docs/results.md and docs/results/ (tables + plots) with `kairos evaluate --report`.
+# Usage: scripts/results.sh [SHARED_SWF_DIR]   (default ../shared/data/swf; the Lublin traces come from data/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+swf=${1:-../shared/data/swf}
+kairos=${KAIROS:-.venv/bin/kairos}
+out=docs/results
+policies=fcfs,sjf,wfp3,unicep,f1,hpc-kernel
+export KAIROS_MODELS_DIR=${KAIROS_MODELS_DIR:-models}
+rm -rf "$out" && mkdir -p "$out"
+
+traces=("lublin-1:data/lublin_256.swf.gz" "lublin-2:data/lublin_256_new2.swf.gz"
+        "kth-sp2:$swf/KTH-SP2-1996-2.1-cln.swf.gz" "nasa-ipsc:$swf/NASA-iPSC-1993-3.1-cln.swf.gz"
+        "alcf-mira:$swf/ALCF-Mira-2018.swf.gz")
+for entry in "${traces[@]}"; do
+  name=${entry%%:*}; path=${entry#*:}
+  [ -f "$path" ] || { echo "skip $name: $path not found" >&2; continue; }
+  for bf in easy none; do
+    "$kairos" evaluate --trace "$path" --policies "$policies" --backfill "$bf" --semantics kairos \
+      --sequences 10 --length 1024 --seed 1 --workers 2 \
+      --json "$out/$name-$bf.json" --report "$out/$name-$bf" >/dev/null
+  done
+done
+for name in lublin-1 lublin-2; do
+  path=data/lublin_256.swf.gz; [ "$name" = lublin-2 ] && path=data/lublin_256_new2.swf.gz
+  for bf in easy none; do
+    "$kairos" evaluate --trace "$path" --policies fcfs,sjf,wfp3,unicep,f1 --backfill "$bf" \
+      --semantics rlscheduler --sequences 10 --length 1024 --seed 1 \
+      --json "$out/$name-$bf-rlscheduler.json" >/dev/null
+  done
+done
+.venv/bin/python scripts/results_table.py "$out" > docs/results.md
+echo "wrote docs/results.md"
