@@ -31,7 +31,7 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
-from app.domain.encoding import StepArrays
+from app.domain.encoding import ObsArray, StepArrays, static_features
 from app.domain.errors import DecisionFinishedError, InvalidPickError, SnapshotError
 from app.domain.placement import (
     FloatArray,
@@ -185,6 +185,7 @@ class _Vectors:
     submit: FloatArray | None = None
     walltime: FloatArray | None = None
     priority: FloatArray | None = None
+    static: ObsArray | None = None
 
 
 class _FreeView(Mapping[str, Resources]):
@@ -1015,9 +1016,13 @@ class DecisionRun:
             vec.submit = np.array([job.submit_time for job in jobs], dtype=np.float64)
             vec.walltime = np.array([job.walltime_s for job in jobs], dtype=np.float64)
             vec.priority = np.array([job.priority for job in jobs], dtype=np.float64)
+            vec.static = static_features(
+                vec.raw_total, vec.submit, vec.walltime, vec.priority, self.now, self._cap_total
+            )
         assert vec.submit is not None
         assert vec.walltime is not None
         assert vec.priority is not None
+        assert vec.static is not None
         rows = self._rows_in_node_order
         if rows.size:
             # sequential sum in StepView.free order, as the encoder's per-node loop
@@ -1034,6 +1039,7 @@ class DecisionRun:
             fits=step.fits,
             mask=step.mask,
             free_total=free_total,
+            static=vec.static[at],
         )
 
     @property

@@ -126,6 +126,41 @@ class StepArrays:
     mask: MaskArray  # [C], as ``view.mask``
     #: sum over ``view.free`` (in its order) of ``max(0, free)``, per resource name
     free_total: tuple[float, ...]
+    #: the features that do not change within a decision (:data:`STATIC_FEATURES`), as
+    #: :func:`static_features` computes them; ``None``: computed by the encoder
+    static: ObsArray | None = None
+
+
+#: features that depend only on the job, ``now`` and the schedulable capacity
+STATIC_FEATURES: Final = (0, 1, 2, 7, 8)
+
+
+def static_features(
+    total_demand: FloatVec,
+    submit: FloatVec,
+    walltime: FloatVec,
+    priority: FloatVec,
+    now: float,
+    capacity: Sequence[float],
+) -> ObsArray:
+    """Columns :data:`STATIC_FEATURES` of the rows of these jobs (clipped, as in the encoder).
+
+    The same operations as the per-step fill, so the values are identical; a decision computes
+    them once instead of at every step.
+    """
+    out = np.zeros((len(submit), len(STATIC_FEATURES)), dtype=np.float32)
+    walltime = np.maximum(walltime, 0.0)
+    wait = np.maximum(now - submit, 0.0)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        out[:, 0] = wait / WAIT_SCALE_S
+        out[:, 1] = np.log1p(walltime) / _LOG_WALLTIME_SCALE
+        out[:, 2] = _dominant_shares(total_demand, capacity)
+        slowdown = wait / np.maximum(walltime, SLOWDOWN_MIN_RUNTIME_S)
+        out[:, 3] = np.log1p(slowdown) / _LOG_SLOWDOWN_SCALE
+        out[:, 4] = 0.5 + 0.5 * np.tanh(priority / PRIORITY_SCALE)
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=0.0)
+    np.clip(out, 0.0, 1.0, out=out)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +376,7 @@ def _fill_many(views: Sequence[StepView], windows: Sequence[Sequence[int]]) -> O
     frees: list[tuple[float, ...]] = []
     reserved = np.zeros(m, dtype=np.float64)
     parts: list[tuple[FloatVec, FloatVec, FloatVec, FloatVec, MaskArray]] = []
+    statics: list[ObsArray] | None = []
     offset = 0
     for view, rows in zip(views, windows, strict=True):
         arrays = view.arrays
@@ -376,6 +412,10 @@ def _fill_many(views: Sequence[StepView], windows: Sequence[Sequence[int]]) -> O
         capacities.append(capacity)
         frees.append(free)
         at = np.asarray(rows, dtype=np.intp)
+        if statics is not None and arrays.static is not None:
+            statics.append(arrays.static[at])
+        else:
+            statics = None
         parts.append(
             (
                 arrays.total_demand[at],
@@ -391,26 +431,31 @@ def _fill_many(views: Sequence[StepView], windows: Sequence[Sequence[int]]) -> O
     now, has_res, start_at = scalars[:, 0], scalars[:, 1] > 0.0, scalars[:, 2]
     r = len(names)
     shape = (len(views), r)
-    capacity_rows = np.repeat(np.asarray(capacities, dtype=np.float64).reshape(shape), count, 0)
     free_rows = np.repeat(np.asarray(frees, dtype=np.float64).reshape(shape), count, axis=0)
     demand = np.concatenate([p[0] for p in parts]).reshape(m, r)
-    submit = np.concatenate([p[1] for p in parts])
     walltime = np.maximum(np.concatenate([p[2] for p in parts]), 0.0)
-    priority = np.concatenate([p[3] for p in parts])
     fits = np.concatenate([p[4] for p in parts])
-    wait = np.maximum(now - submit, 0.0)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        out[:, 0] = wait / WAIT_SCALE_S
-        out[:, 1] = np.log1p(walltime) / _LOG_WALLTIME_SCALE
-        out[:, 2] = _dominant_shares(demand, capacity_rows)
+        if statics is not None:  # already clipped: the final clip leaves them as they are
+            out[:, STATIC_FEATURES] = np.concatenate(statics)
+        else:
+            capacity_rows = np.repeat(
+                np.asarray(capacities, dtype=np.float64).reshape(shape), count, axis=0
+            )
+            submit = np.concatenate([p[1] for p in parts])
+            priority = np.concatenate([p[3] for p in parts])
+            wait = np.maximum(now - submit, 0.0)
+            out[:, 0] = wait / WAIT_SCALE_S
+            out[:, 1] = np.log1p(walltime) / _LOG_WALLTIME_SCALE
+            out[:, 2] = _dominant_shares(demand, capacity_rows)
+            slowdown = wait / np.maximum(walltime, SLOWDOWN_MIN_RUNTIME_S)
+            out[:, 7] = np.log1p(slowdown) / _LOG_SLOWDOWN_SCALE
+            out[:, 8] = 0.5 + 0.5 * np.tanh(priority / PRIORITY_SCALE)
         out[:, 3] = np.where(fits, 1.0 - EPS, EPS)
         out[:, 4] = _dominant_shares(demand, free_rows)
         out[:, 5] = np.where(has_res, now + walltime <= start_at, 1.0)
         out[:, 6] = reserved
         out[:, 12] = scalars[:, 3]
-        slowdown = wait / np.maximum(walltime, SLOWDOWN_MIN_RUNTIME_S)
-        out[:, 7] = np.log1p(slowdown) / _LOG_SLOWDOWN_SCALE
-        out[:, 8] = 0.5 + 0.5 * np.tanh(priority / PRIORITY_SCALE)
     out[:, 9] = scalars[:, 4]
     out[:, 10] = scalars[:, 5]
     out[:, 11] = scalars[:, 6]
@@ -433,7 +478,10 @@ def encode_view(
     obs = np.zeros((n, NUM_FEATURES), dtype=np.float32)
     mask = np.zeros(n, dtype=np.bool_)
     index = np.full(n, -1, dtype=np.int64)
-    _fill_rows(view, rows, obs[: len(rows)])
+    if view.arrays is not None and rows:
+        obs[: len(rows)] = _fill_many([view], [rows])
+    else:
+        _fill_rows(view, rows, obs[: len(rows)])
     width = len(rows)
     if width:
         index[:width] = rows

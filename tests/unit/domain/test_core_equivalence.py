@@ -51,13 +51,19 @@ def _same_view(new, old) -> None:
 def _same_encoding(new_views, old_views, width: int) -> None:
     """``views[0]`` alone, and all of them as one batch (mixed phases, widths, clusters)."""
     expected = ref_encoding.encode_view(old_views[0], width)
-    for view in (new_views[0], replace(new_views[0], arrays=None)):
+    first = new_views[0]
+    no_static = replace(first, arrays=replace(first.arrays, static=None))
+    for view in (first, replace(first, arrays=None), no_static):
         got = new_encoding.encode_view(view, width)
         assert got.obs.tobytes() == expected.obs.tobytes()
         assert np.array_equal(got.mask, expected.mask)
         assert np.array_equal(got.index, expected.index)
     old_batch = ref_encoding.encode_batch(old_views, width, pad_to=width + 2)
-    for views in (new_views, [replace(v, arrays=None) for v in new_views]):
+    for views in (
+        new_views,
+        [replace(v, arrays=None) for v in new_views],
+        [no_static, *new_views[1:]],
+    ):
         batch = new_encoding.encode_batch(views, width, pad_to=width + 2)
         assert batch.obs.tobytes() == old_batch.obs.tobytes()
         assert np.array_equal(batch.mask, old_batch.mask)
