@@ -47,8 +47,11 @@ class Settings(BaseSettings):
     REDIS_PREFIX: str = "kairos"
     REDIS_CLAIM_IDLE_MS: int = Field(default=5_000, ge=1)
     REDIS_REPLY_TTL_S: int = Field(default=60, ge=1)
-    #: Defaults for clusters (and ``/v1/decide`` calls) that do not name their own.
-    DEFAULT_POLICY: str = "f1"
+    #: Defaults for clusters (and ``/v1/decide`` calls) that do not name their own. The shipped
+    #: learned policy was trained with EASY backfilling and loses to F1 without it
+    #: (docs/results.md), so clusters without backfilling default to DEFAULT_POLICY_NO_BACKFILL.
+    DEFAULT_POLICY: str = "hpc-kernel"
+    DEFAULT_POLICY_NO_BACKFILL: str = "f1"
     DEFAULT_FALLBACK: str = "f1"
     DEFAULT_BACKFILL: Literal["easy", "none"] = "easy"
     DEFAULT_PLACEMENT: Literal["first_fit", "best_fit", "tetris"] = "first_fit"
@@ -73,6 +76,10 @@ class Settings(BaseSettings):
                 raise ValueError(f"KAIROS_API_KEYS entry {item!r} is not 'tenant:key'")
             keys[key.strip()] = tenant.strip()
         return keys
+
+    def default_policy_for(self, backfill: str) -> str:
+        """The policy of a cluster or decide call that names none, given its backfilling mode."""
+        return self.DEFAULT_POLICY if backfill == "easy" else self.DEFAULT_POLICY_NO_BACKFILL
 
 
 @lru_cache

@@ -40,8 +40,10 @@ def job_spec(
     return body
 
 
-async def make_cluster(client: Any, cid: str, nodes: int = 2, **node_kw: Any) -> None:
-    r = await client.put(f"/v1/clusters/{cid}", json=cluster_body())
+async def make_cluster(
+    client: Any, cid: str, nodes: int = 2, cluster: dict[str, Any] | None = None, **node_kw: Any
+) -> None:
+    r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(**(cluster or {})))
     assert r.status_code == 201, r.text
     if nodes:
         r = await client.put(f"/v1/clusters/{cid}/nodes", json=nodes_body(nodes, **node_kw))

@@ -52,9 +52,9 @@ async def upsert_cluster(
         await _check_resources_cover_nodes(ctx, record, body.resources)
     record.name = body.name
     record.resources = list(body.resources)
-    record.policy = body.policy or settings.DEFAULT_POLICY
-    record.fallback = body.fallback or settings.DEFAULT_FALLBACK
     record.backfill = body.backfill or settings.DEFAULT_BACKFILL
+    record.policy = body.policy or settings.default_policy_for(record.backfill)
+    record.fallback = body.fallback or settings.DEFAULT_FALLBACK
     record.placement = body.placement or settings.DEFAULT_PLACEMENT
     record.shadow_policy = body.shadow_policy
     record.labels = dict(body.labels)

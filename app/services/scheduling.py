@@ -337,10 +337,11 @@ async def decide_snapshot(
     if problems:
         raise UnprocessableError("the decide request is invalid", details=problems)
     state = state_from_request(body)
+    backfill = body.backfill or settings.DEFAULT_BACKFILL
     spec = DecisionSpec(
-        policy=body.policy or settings.DEFAULT_POLICY,
+        policy=body.policy or settings.default_policy_for(backfill),
         fallback=body.fallback or settings.DEFAULT_FALLBACK,
-        backfill=Backfill(body.backfill or settings.DEFAULT_BACKFILL),
+        backfill=Backfill(backfill),
         placement=PlacementStrategy(body.placement or settings.DEFAULT_PLACEMENT),
         explain=body.explain,
     )

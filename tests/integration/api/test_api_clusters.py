@@ -13,7 +13,7 @@ class TestUpsertCluster:
         assert r.status_code == 201
         body = r.json()
         assert body["id"] == cid
-        assert (body["policy"], body["fallback"], body["backfill"]) == ("f1", "f1", "easy")
+        assert (body["policy"], body["fallback"], body["backfill"]) == ("hpc-kernel", "f1", "easy")
         r = await client.put(
             f"/v1/clusters/{cid}", json=cluster_body(name="renamed", backfill="none")
         )

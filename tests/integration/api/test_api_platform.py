@@ -208,7 +208,7 @@ class TestOperations:
         assert f'kairos_http_requests_total{{method="POST",{schedule}}} 1.0' in text
         assert 'route="/v1/clusters/{cluster_id}",status="404"' in text
         assert (
-            'kairos_decisions_total{fallback_reason="none",kind="heuristic",policy="f1"} 1.0'
+            'kairos_decisions_total{fallback_reason="none",kind="onnx",policy="hpc-kernel"} 1.0'
             in text
         )
         assert "kairos_decision_latency_seconds_bucket" in text

@@ -14,7 +14,7 @@ async def _submit(client: httpx.AsyncClient, cid: str, *specs: dict) -> None:
 
 class TestSchedule:
     async def test_allocates_and_applies(self, client: httpx.AsyncClient, cid: str) -> None:
-        await make_cluster(client, cid, nodes=2, cpu=8)
+        await make_cluster(client, cid, nodes=2, cluster={"policy": "f1"}, cpu=8)
         await _submit(
             client,
             cid,
