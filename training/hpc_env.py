@@ -13,7 +13,8 @@ Semantics (Kairos's, ``app/domain/decision.py``; tested step by step against ``D
   all events of a time, one decision round runs if the queue is not empty.
 * HEAD phase: the policy picks any queued job; if it fits it starts and the round continues; if
   not it is reserved at its earliest start (running jobs released in order of requested end
-  ``start + walltime``, ties by submit time then index) and, with EASY, the round enters BACKFILL.
+  ``start + walltime``, ties together; jobs already past their requested end, i.e. overrunning
+  their request, all count as released at ``now``) and, with EASY, the round enters BACKFILL.
 * BACKFILL: a job may start if it fits now and either ends by the reservation's start or leaves
   enough processors for the reserved job at that time (backfilled jobs that end later hold theirs).
   The round ends when no job may.
@@ -237,12 +238,14 @@ class HpcEpisode:
         releases = sorted((s + t.walltime[r], t.submit[r], r) for r, s in self.running.items())
         i = 0
         while i < len(releases):
-            end = releases[i][0]
-            while i < len(releases) and releases[i][0] == end:
+            # as in the core: overdue jobs (requested end already past: they overran their
+            # request) all release together at now; later ones in groups of equal requested end
+            end = max(releases[i][0], self.now)
+            while i < len(releases) and releases[i][0] <= end:
                 free += t.procs[releases[i][2]]
                 i += 1
             if need <= free:
-                return max(end, self.now), free
+                return end, free
         raise RuntimeError(f"job {j} needs {need} processors; the cluster has {t.capacity}")
 
     def apply(self, pos: int) -> None:

@@ -70,9 +70,15 @@ def _config(backfill: bool) -> DecisionConfig:
 def test_twin_matches_decision_run_and_encoder_step_by_step(
     table: JobTable, start: int, backfill: bool, seed: int
 ) -> None:
+    assert _lockstep(table, start, 120, backfill, seed) > 100
+
+
+def _lockstep(table: JobTable, start: int, length: int, backfill: bool, seed: int) -> int:
+    """Drive the twin and ``DecisionRun`` with the same random picks, checking every step;
+    returns the number of steps."""
     rng = np.random.default_rng(seed)
     ep = HpcEpisode(table, backfill=backfill, auto_forced=False)
-    ep.reset(start, 120)
+    ep.reset(start, length)
     run: DecisionRun | None = None
     round_id = -1
     started_in_round: list[str] = []
@@ -102,7 +108,57 @@ def test_twin_matches_decision_run_and_encoder_step_by_step(
             assert run.reservation.job_id == _jid(ep.res_idx)
             assert run.reservation.start_at == pytest.approx(ep.res_start)
         steps += 1
-    assert steps > 100
+    return steps
+
+
+def _overrun_swf(path: Path) -> Path:
+    """A trace where many jobs run longer than they requested (as 1.7% of KTH-SP2 do): while
+    such a job overruns, its requested end is in the past and the core releases it at ``now``."""
+    lines = ["; MaxNodes: 8\n", "; MaxProcs: 8\n"]
+    rng = np.random.default_rng(11)
+    t = 0
+    for i in range(1, 400):
+        t += int(rng.choice([0, 3, 30, 200]))
+        run = int(rng.integers(1, 2000))
+        req = max(1, int(run * rng.choice([0.2, 0.5, 1, 3])))
+        procs = int(rng.integers(1, 9))
+        lines.append(f"{i} {t} -1 {run} {procs} -1 -1 -1 {req} -1 1 -1 -1 -1 0 -1 -1 -1\n")
+    path.write_text("".join(lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def overrun(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, JobTable]:
+    path = _overrun_swf(tmp_path_factory.mktemp("overrun") / "overrun.swf")
+    table = JobTable.from_swf(str(path))
+    assert (table.run > table.walltime).mean() > 0.2  # the trace does exercise overruns
+    return path, table
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_twin_matches_decision_run_when_jobs_overrun_their_requests(
+    overrun: tuple[Path, JobTable], seed: int
+) -> None:
+    # overdue running jobs (requested end already past) all release together at now in the
+    # core's shadow time; the twin must reserve at the same time with the same spare processors
+    _, table = overrun
+    assert _lockstep(table, 10, 300, True, seed) > 200
+
+
+@pytest.mark.parametrize("heuristic", ["fcfs", "f1", "sjf"])
+def test_twin_replays_like_the_kairos_simulator_when_jobs_overrun(
+    overrun: tuple[Path, JobTable], heuristic: str
+) -> None:
+    from sim.kairos import simulate_kairos
+    from sim.traces.swf import load_swf
+
+    path, table = overrun
+    start, length = 10, 300
+    result = simulate_kairos(
+        load_swf(path), start, length, get_heuristic(heuristic), config=_config(True), pooled=True
+    )
+    ep = run_sequence(table, start, length, lambda e: e.teacher_pos(heuristic), backfill=True)
+    np.testing.assert_array_equal(ep.start_time, result.start)
 
 
 @pytest.mark.parametrize("heuristic", ["sjf", "f1", "fcfs", "wfp3", "unicep"])
