@@ -219,15 +219,7 @@ class RedisQueue:
             # XADD and BLPOP go out together on one connection (one round trip, not two): the
             # BLPOP is queued behind the XADD, so it cannot miss the reply
             async with asyncio.timeout(max(wait_s, 0.001)):
-                pipe = redis.pipeline(transaction=False)
-                pipe.xadd(
-                    self.keys.stream,
-                    {"req": request_to_json(request)},
-                    maxlen=self.max_len,
-                    approximate=True,
-                )
-                pipe.blpop([self.keys.reply(request.request_id)], wait_s + 1.0)
-                got = (await pipe.execute())[1]
+                got = await self._exchange(redis, request, wait_s)
         except TimeoutError:
             got = None  # no answer in time: the caller's fallback decides
         except UNAVAILABLE as exc:
@@ -239,6 +231,32 @@ class RedisQueue:
         if got is None:
             return None
         return outcome_from_json(got[1])
+
+    async def _exchange(
+        self, redis: aioredis.Redis, request: DecisionRequest, wait_s: float
+    ) -> Any:
+        """XADD + BLPOP; one retry when a pooled connection turns out dead.
+
+        After Redis restarts, every connection the pool held before is broken and fails on its
+        first use although the server is back. Retrying once on a fresh connection is safe: a
+        request added twice is decided twice but answered once and stored once (the request id
+        is the idempotency key end to end).
+        """
+        for attempt in (1, 2):
+            pipe = redis.pipeline(transaction=False)
+            pipe.xadd(
+                self.keys.stream,
+                {"req": request_to_json(request)},
+                maxlen=self.max_len,
+                approximate=True,
+            )
+            pipe.blpop([self.keys.reply(request.request_id)], wait_s + 1.0)
+            try:
+                return (await pipe.execute())[1]
+            except RedisConnectionError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     async def depth(self) -> int | None:
         """Entries in the stream (waiting or being decided), or None when unreachable."""
