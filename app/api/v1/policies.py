@@ -55,6 +55,24 @@ async def get_policy(name: PolicyName, decisions: DecisionServiceDep) -> PolicyR
         "(`corrupt_model`, `signature_mismatch`, `schema_version_mismatch`, `non_finite_probe`, "
         "...). Name and version come from the card; an existing name@version is a 409."
     ),
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "multipart/form-data": {
+                    "examples": {
+                        "upload": {
+                            "summary": "policy.onnx and its card.json",
+                            "value": {
+                                "model": "<contents of policy.onnx>",
+                                "card": '{"name": "my-policy", "version": "1", "kind": "onnx", '
+                                '"domain": "hpc", "feature_schema_version": "kairos-hpc-v1"}',
+                            },
+                        }
+                    }
+                }
+            }
+        }
+    },
 )
 async def upload_policy(
     model: Annotated[UploadFile, File(description="policy.onnx")],
