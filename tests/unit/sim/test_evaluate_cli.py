@@ -13,6 +13,10 @@ from sim.evaluate import ROW_KEYS, EvalSpec, UnknownPolicyError, register_policy
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 LUBLIN1 = str(DATA / "lublin_256.swf.gz")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# issue 4: the --json row keys, spelled out here so that a change to ROW_KEYS fails a test
+ISSUE_ROW_KEYS = {"trace", "policy", "backfill", "semantics", "sequences", "length", "seed",
+                  "bsld", "wait_s", "utilization", "per_sequence_bsld"}  # fmt: skip
 
 
 def test_rlscheduler_cli_reproduces_published_cells(tmp_path, capsys):
@@ -25,6 +29,11 @@ def test_rlscheduler_cli_reproduces_published_cells(tmp_path, capsys):
     assert code == 0
     rows = json.loads(out.read_text())
     assert [tuple(r) for r in rows] == [ROW_KEYS, ROW_KEYS]
+    assert all(set(r) == ISSUE_ROW_KEYS for r in rows)
+    assert {(r["trace"], r["backfill"], r["semantics"]) for r in rows} == {
+        ("lublin_256", "easy", "rlscheduler")
+    }
+    assert {(r["sequences"], r["length"], r["seed"]) for r in rows} == {(10, 1024, 1)}
     assert [r["policy"] for r in rows] == ["sjf", "f1"]
     assert [round(r["bsld"], 2) for r in rows] == [73.31, 75.07]
     assert [round(r["utilization"], 3) for r in rows] == [0.778, 0.840]
@@ -45,6 +54,43 @@ def test_kairos_cli_with_workers_and_report(tmp_path):
     assert (report / "report.md").read_text().count("| fcfs |") == 2
     assert (report / "bsld_per_policy.png").stat().st_size > 0
     assert (report / "wait_cdf.png").stat().st_size > 0
+    for png in ("bsld_per_policy.png", "wait_cdf.png"):
+        assert (report / png).read_bytes()[:8] == PNG_MAGIC
+        assert f"{png}" in (report / "report.md").read_text()
+    assert all(set(r) == ISSUE_ROW_KEYS for r in parallel)
+
+
+def test_workers_use_a_process_pool_and_slice_bounds_the_starts(tmp_path, monkeypatch):
+    pools: list[int] = []
+    slices: list[tuple[int, list[int]]] = []
+    real_context, real_starts = ev.multiprocessing.get_context, ev.sample_starts
+
+    class SpyContext:
+        def __init__(self, method: str) -> None:
+            self._ctx = real_context(method)
+
+        def Pool(self, processes: int):  # noqa: N802 (multiprocessing's name)
+            pools.append(processes)
+            return self._ctx.Pool(processes=processes)
+
+    def spy_starts(*args, **kwargs):
+        starts = real_starts(*args, **kwargs)
+        slices.append((kwargs["batch_slice"], starts))
+        return starts
+
+    monkeypatch.setattr(ev.multiprocessing, "get_context", SpyContext)
+    monkeypatch.setattr(ev, "sample_starts", spy_starts)
+    out = tmp_path / "rows.json"
+    code = main(
+        ["evaluate", "--trace", LUBLIN1, "--policies", "sjf", "--sequences", "3", "--length",
+         "32", "--seed", "5", "--slice", "100", "--workers", "2", "--json", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    assert pools == [2]
+    ((batch_slice, starts),) = slices
+    assert batch_slice == 100
+    assert all(32 <= s < 100 - 32 - 1 for s in starts)
+    assert len(json.loads(out.read_text())[0]["per_sequence_bsld"]) == 3
 
 
 def test_unknown_policy_is_a_clear_error(tmp_path, capsys):
