@@ -106,3 +106,22 @@ def test_lublin_traces_id_order_equals_submit_order():
         assert by_submit.job_id.tolist() == by_id.job_id.tolist()
         assert by_submit.n_jobs == 10_000
         assert (by_submit.max_nodes, by_submit.max_procs) == (256, 256)
+
+
+def test_max_nodes_defaults_to_max_procs():
+    tr = parse_swf(["; MaxProcs: 6\n", _line(1, 0, 5, 3)])
+    assert (tr.max_nodes, tr.max_procs, tr.procs_per_node) == (6, 6, 1.0)
+
+
+def test_bad_header_value_names_the_line():
+    with pytest.raises(SwfFormatError, match=r"<swf>:2: bad MaxProcs header value 'lots'"):
+        parse_swf(["; MaxNodes: 4\n", "; MaxProcs: lots\n", _line(1, 0, 5, 1)])
+    with pytest.raises(SwfFormatError, match=r"<swf>:1: MaxNodes must be positive, got 0"):
+        parse_swf(["; MaxNodes: 0\n", _line(1, 0, 5, 1)])
+
+
+def test_malformed_gzip_trace_names_the_file_and_line(tmp_path):
+    packed = tmp_path / "broken.swf.gz"
+    packed.write_bytes(gzip.compress((HEADER + _line(1, 0, 5, 1) + "2 10 -1\n").encode()))
+    with pytest.raises(SwfFormatError, match=r"broken\.swf\.gz:5: expected 18 fields, found 3"):
+        load_swf(packed)
