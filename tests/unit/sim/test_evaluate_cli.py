@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,26 @@ def test_bad_arguments_exit_with_usage_error(tmp_path):
         main(["evaluate", "--trace", str(tmp_path / "missing.swf"), "--policies", "fcfs",
               "--json", str(tmp_path / "o.json")])  # fmt: skip
     assert exc.value.code == 2
+
+
+class _Terminal(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self._tty = tty
+
+    def isatty(self) -> bool:
+        return self._tty
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_bar_shows_on_a_terminal_only(monkeypatch, tty):
+    stderr = _Terminal(tty)
+    monkeypatch.setattr(sys, "stderr", stderr)
+    spec = EvalSpec(LUBLIN1, ("fcfs", "sjf"), Backfill.NONE, "kairos", 2, 32, 0)
+    ev.evaluate(spec)
+    shown = stderr.getvalue()
+    if tty:
+        assert "evaluate" in shown
+        assert "4/4" in shown  # one tick per (policy, sequence)
+    else:
+        assert shown == ""
