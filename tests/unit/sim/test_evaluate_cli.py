@@ -12,6 +12,9 @@ from app.domain.types import Backfill
 from sim import evaluate as ev
 from sim.cli import main
 from sim.evaluate import ROW_KEYS, EvalSpec, UnknownPolicyError, register_policy_loader
+from sim.metrics import avg_bounded_slowdown
+from sim.rlscheduler import simulate_sequence
+from sim.traces.swf import load_swf
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 LUBLIN1 = str(DATA / "lublin_256.swf.gz")
@@ -84,15 +87,21 @@ def test_workers_use_a_process_pool_and_slice_bounds_the_starts(tmp_path, monkey
     monkeypatch.setattr(ev, "sample_starts", spy_starts)
     out = tmp_path / "rows.json"
     code = main(
-        ["evaluate", "--trace", LUBLIN1, "--policies", "sjf", "--sequences", "3", "--length",
-         "32", "--seed", "5", "--slice", "100", "--workers", "2", "--json", str(out)]
+        ["evaluate", "--trace", LUBLIN1, "--policies", "sjf", "--backfill", "none",
+         "--semantics", "rlscheduler", "--sequences", "3", "--length", "32", "--seed", "5",
+         "--slice", "100", "--workers", "2", "--json", str(out)]
     )  # fmt: skip
     assert code == 0
     assert pools == [2]
     ((batch_slice, starts),) = slices
     assert batch_slice == 100
     assert all(32 <= s < 100 - 32 - 1 for s in starts)
-    assert len(json.loads(out.read_text())[0]["per_sequence_bsld"]) == 3
+    (row,) = json.loads(out.read_text())
+    assert (row["backfill"], row["semantics"], row["seed"]) == ("none", "rlscheduler", 5)
+    trace = load_swf(LUBLIN1)
+    direct = [avg_bounded_slowdown(simulate_sequence(trace, s, 32, "sjf", backfill=False))
+              for s in starts]  # fmt: skip
+    assert row["per_sequence_bsld"] == pytest.approx(direct)
 
 
 def test_unknown_policy_is_a_clear_error(tmp_path, capsys):
