@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.factories import cluster_body, make_cluster, node_body, nodes_body
+from tests.factories import cluster_body, job_spec, make_cluster, node_body, nodes_body
 
 
 class TestUpsertCluster:
@@ -76,6 +76,26 @@ class TestListAndDelete:
         assert (await client.delete(f"/v1/clusters/{ids[0]}")).status_code == 204
         assert (await client.get(f"/v1/clusters/{ids[0]}")).status_code == 404
         assert (await client.delete(f"/v1/clusters/{ids[0]}")).status_code == 404
+
+    async def test_delete_with_nodes_jobs_and_decisions(
+        self, client: httpx.AsyncClient, cid: str
+    ) -> None:
+        await make_cluster(client, cid, nodes=2, cluster={"policy": "fcfs"}, cpu=8)
+        jobs = {"jobs": [job_spec("a", cpu=8), job_spec("b", cpu=8), job_spec("c", cpu=8)]}
+        assert (await client.post(f"/v1/clusters/{cid}/jobs/batch", json=jobs)).status_code == 201
+        d = (await client.post(f"/v1/clusters/{cid}/schedule", json={})).json()
+        assert len(d["allocations"]) == 2
+        r = await client.delete(f"/v1/clusters/{cid}")
+        assert r.status_code == 204
+        assert r.content == b""
+        for path in ("", "/nodes", "/jobs", "/jobs/a", "/decisions"):
+            assert (await client.get(f"/v1/clusters/{cid}{path}")).status_code == 404, path
+        # the id is free again, with nothing left over from the deleted cluster
+        assert (await client.put(f"/v1/clusters/{cid}", json=cluster_body())).status_code == 201
+        fresh = (await client.get(f"/v1/clusters/{cid}")).json()
+        assert (fresh["nodes"], fresh["pending_jobs"], fresh["running_jobs"]) == (0, 0, 0)
+        assert (await client.get(f"/v1/clusters/{cid}/jobs")).json()["items"] == []
+        assert (await client.get(f"/v1/clusters/{cid}/decisions")).json()["items"] == []
 
     async def test_bad_cursor_is_422(self, client: httpx.AsyncClient) -> None:
         r = await client.get("/v1/clusters", params={"cursor": "!!!"})

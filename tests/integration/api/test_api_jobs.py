@@ -104,6 +104,27 @@ class TestBatch:
             counts = (await client.get(f"/v1/clusters/{cid}")).json()
             assert counts["pending_jobs"] == 10_000
 
+    async def test_ten_thousand_with_one_bad_job_stores_none(
+        self, settings: Settings, cid: str
+    ) -> None:
+        app = create_app(settings.model_copy(update={"MAX_BODY_BYTES": 8 * 1024 * 1024}))
+        async for client in open_client(app):
+            await make_cluster(client, cid)
+            url = f"/v1/clusters/{cid}/jobs"
+            assert (await client.post(url, json=job_spec("old", cpu=2))).status_code == 201
+            jobs = [{"id": f"j{i}", "per_task": {"cpu": 1}, "walltime_s": 60} for i in range(9_999)]
+            for bad, status, field in [
+                (job_spec("old", cpu=3), 409, "body.jobs[9999].id"),
+                (job_spec("x", per_task={"tpu": 1}), 422, "body.jobs[9999].per_task.tpu"),
+            ]:
+                r = await client.post(f"{url}/batch", json={"jobs": [*jobs, bad]})
+                assert r.status_code == status, r.text
+                assert field in [d["field"] for d in r.json()["error"]["details"]]
+                counts = (await client.get(f"/v1/clusters/{cid}")).json()
+                assert counts["pending_jobs"] == 1
+                assert (await client.get(f"{url}/j0")).status_code == 404
+                assert (await client.get(f"{url}/j9998")).status_code == 404
+
 
 class TestListGetCancel:
     async def test_list_filter_and_pages(self, client: httpx.AsyncClient, cid: str) -> None:
@@ -158,6 +179,77 @@ class TestEvents:
         cluster = (await client.get(f"/v1/clusters/{cid}")).json()
         assert cluster["free"]["cpu"] == 8.0
         assert cluster["running_jobs"] == 0
+
+    async def test_transition_matrix(self, client: httpx.AsyncClient, cid: str) -> None:
+        """Every event from every state: the allowed ones move the job (and free a running
+        job's node), repeating the event that ended a job is a no-op, the rest are 409."""
+        await make_cluster(client, cid, nodes=1, cluster={"policy": "fcfs"}, cpu=64)
+        url = f"/v1/clusters/{cid}/jobs"
+        events = ("finished", "failed", "released", "cancelled")
+        setup = {  # state -> how to reach it from running (None: stays pending)
+            "pending": None,
+            "running": [],
+            "finished": ["finished"],
+            "failed": ["failed"],
+            "cancelled": ["cancelled"],
+        }
+        expected = {
+            ("pending", "finished"): None,
+            ("pending", "failed"): "failed",
+            ("pending", "released"): None,
+            ("pending", "cancelled"): "cancelled",
+            ("running", "finished"): "finished",
+            ("running", "failed"): "failed",
+            ("running", "released"): "pending",
+            ("running", "cancelled"): "cancelled",
+            ("finished", "finished"): "finished",
+            ("failed", "failed"): "failed",
+            ("cancelled", "cancelled"): "cancelled",
+        }
+        run = [f"{s}-{e}" for s in setup for e in events if setup[s] is not None]
+        r = await client.post(f"{url}/batch", json={"jobs": [job_spec(j, cpu=1) for j in run]})
+        assert r.status_code == 201
+        d = (await client.post(f"/v1/clusters/{cid}/schedule", json={})).json()
+        assert sorted(a["job_id"] for a in d["allocations"]) == sorted(run)
+        r = await client.post(
+            f"{url}/batch", json={"jobs": [job_spec(f"pending-{e}", cpu=1) for e in events]}
+        )
+        assert r.status_code == 201
+        for state, path in setup.items():
+            for event in events:
+                for step in path or []:
+                    r = await client.post(f"{url}/{state}-{event}/events", json={"type": step})
+                    assert r.status_code == 200, r.text
+        for state in setup:
+            for event in events:
+                job_id = f"{state}-{event}"
+                r = await client.post(f"{url}/{job_id}/events", json={"type": event, "at": 5.0})
+                target = expected.get((state, event))
+                if target is None:
+                    assert r.status_code == 409, (job_id, r.text)
+                    assert r.json()["error"]["code"] == "invalid_transition"
+                    target = state
+                else:
+                    assert r.status_code == 200, (job_id, r.text)
+                job = (await client.get(f"{url}/{job_id}")).json()
+                assert job["state"] == target, (job_id, job)
+                if target == "pending":
+                    assert job["placements"] == [], job
+        cluster = (await client.get(f"/v1/clusters/{cid}")).json()
+        assert cluster["running_jobs"] == 0
+        assert cluster["allocated"]["cpu"] == 0.0
+
+    async def test_unknown_job_events_and_cancel_are_404(
+        self, client: httpx.AsyncClient, cid: str
+    ) -> None:
+        events, job = f"/v1/clusters/{cid}/jobs/j/events", f"/v1/clusters/{cid}/jobs/j"
+        for code in ("cluster_not_found", "job_not_found"):
+            r = await client.post(events, json={"type": "finished"})
+            assert (r.status_code, r.json()["error"]["code"]) == (404, code)
+            r = await client.delete(job)
+            assert (r.status_code, r.json()["error"]["code"]) == (404, code)
+            if code == "cluster_not_found":
+                await make_cluster(client, cid)
 
     async def test_bad_event_type_is_422(self, client: httpx.AsyncClient, cid: str) -> None:
         await make_cluster(client, cid)

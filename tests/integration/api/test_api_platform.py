@@ -60,6 +60,65 @@ class TestErrors:
         r = await client.post(f"/v1/clusters/{cid}/schedule", json={"now": 1e300})
         _is_error(r, 422)
 
+    async def test_malformed_json_is_400_on_every_body(
+        self, client: httpx.AsyncClient, cid: str
+    ) -> None:
+        await make_cluster(client, cid, nodes=1)
+        await client.post(f"/v1/clusters/{cid}/jobs", json=job_spec("j"))
+        base = f"/v1/clusters/{cid}"
+        for method, path in [
+            ("PUT", f"{base}/nodes/n9"),
+            ("PUT", f"{base}/nodes"),
+            ("POST", f"{base}/jobs"),
+            ("POST", f"{base}/jobs/batch"),
+            ("POST", f"{base}/jobs/j/events"),
+            ("POST", f"{base}/schedule"),
+            ("POST", "/v1/decide"),
+        ]:
+            for raw in (b'{"a": ', b"\xff\xfe", b'{"a": 1} trailing'):
+                r = await client.request(method, path, content=raw, headers=JSON)
+                _is_error(r, 400, "malformed_json")
+        assert (await client.get(f"{base}/jobs/j")).json()["state"] == "pending"
+        assert (await client.get(f"{base}")).json()["nodes"] == 1
+
+    async def test_nan_infinity_and_negative_numbers_are_refused(
+        self, client: httpx.AsyncClient, cid: str
+    ) -> None:
+        await make_cluster(client, cid, nodes=1)
+        await client.post(f"/v1/clusters/{cid}/jobs", json=job_spec("j"))
+        base = f"/v1/clusters/{cid}"
+        node = '{"nodes": [{"id": "x", "capacity": {"cpu": %s}}]}'
+        job = '{"id": "k", "per_task": {"cpu": %s}, "walltime_s": 5}'
+        for method, path, template in [
+            ("PUT", f"{base}/nodes", node),
+            ("POST", f"{base}/jobs/batch", '{"jobs": [' + job + "]}"),
+            ("POST", f"{base}/jobs", '{"id": "k", "per_task": {"cpu": 1}, "walltime_s": %s}'),
+            ("POST", f"{base}/jobs/j/events", '{"type": "failed", "at": %s}'),
+            ("POST", f"{base}/schedule", '{"now": %s}'),
+            ("POST", "/v1/decide", '{"now": %s, "nodes": []}'),
+            ("POST", "/v1/decide", '{"now": 1, "nodes": [{"id": "n", "capacity": {"cpu": %s}}]}'),
+        ]:
+            for value in ("NaN", "Infinity", "-Infinity"):
+                raw = (template % value).encode()
+                r = await client.request(method, path, content=raw, headers=JSON)
+                assert r.status_code in (400, 422), (path, value, r.text)
+                assert r.json()["error"]["code"] in ("malformed_json", "validation_error")
+        for method, path, body in [
+            ("PUT", f"{base}/nodes", {"nodes": [{"id": "x", "capacity": {"cpu": -1}}]}),
+            ("POST", f"{base}/jobs/batch", {"jobs": [job_spec("k", cpu=-0.5)]}),
+            ("POST", f"{base}/jobs", job_spec("k", walltime_s=-1)),
+            ("POST", f"{base}/jobs", job_spec("k", tasks=-1)),
+            ("POST", "/v1/decide", {"now": 1, "nodes": [{"id": "n", "capacity": {"cpu": -4}}]}),
+        ]:
+            _is_error(await client.request(method, path, json=body), 422, "validation_error")
+        for path in (f"{base}/jobs", f"{base}/nodes", f"{base}/decisions", "/v1/clusters"):
+            for limit in (-1, 0):
+                r = await client.get(path, params={"limit": limit})
+                _is_error(r, 422, "validation_error")
+        assert (await client.get(f"{base}/jobs/j")).json()["state"] == "pending"
+        page = (await client.get(f"{base}/jobs")).json()
+        assert [j["id"] for j in page["items"]] == ["j"]
+
 
 class TestBodyLimit:
     async def test_declared_length_over_limit(self, client: httpx.AsyncClient, cid: str) -> None:
@@ -180,6 +239,34 @@ class TestAuthAndTenancy:
             await auth_client.put(f"/v1/clusters/{cid}", json=cluster_body(), headers=g)
         ).status_code == 201
         assert (await auth_client.get(f"/v1/decisions/{d['id']}", headers=a)).status_code == 200
+
+    async def test_job_and_node_calls_are_isolated(
+        self, auth_client: httpx.AsyncClient, cid: str
+    ) -> None:
+        a, g = _as("key-a"), _as("key-g")
+        base = f"/v1/clusters/{cid}"
+        assert (await auth_client.put(base, json=cluster_body(), headers=a)).status_code == 201
+        r = await auth_client.put(f"{base}/nodes/n1", json={"capacity": {"cpu": 4}}, headers=a)
+        assert r.status_code == 201
+        r = await auth_client.post(f"{base}/jobs", json=job_spec("j", cpu=1), headers=a)
+        assert r.status_code == 201
+        for method, path, body in [
+            ("PUT", f"{base}/nodes/n1", {"capacity": {"cpu": 64}}),
+            ("PUT", f"{base}/nodes", {"nodes": [{"id": "n2", "capacity": {"cpu": 64}}]}),
+            ("POST", f"{base}/jobs", job_spec("k")),
+            ("POST", f"{base}/jobs/batch", {"jobs": [job_spec("k")]}),
+            ("GET", f"{base}/jobs/j", None),
+            ("POST", f"{base}/jobs/j/events", {"type": "failed"}),
+            ("DELETE", f"{base}/jobs/j", None),
+        ]:
+            r = await auth_client.request(method, path, headers=g, json=body)
+            _is_error(r, 404)
+        job = (await auth_client.get(f"{base}/jobs/j", headers=a)).json()
+        assert job["state"] == "pending"
+        jobs = (await auth_client.get(f"{base}/jobs", headers=a)).json()["items"]
+        assert [j["id"] for j in jobs] == ["j"]
+        nodes = (await auth_client.get(f"{base}/nodes", headers=a)).json()["items"]
+        assert [(n["id"], n["capacity"]["cpu"]) for n in nodes] == [("n1", 4.0)]
 
 
 class TestOperations:

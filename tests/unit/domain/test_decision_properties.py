@@ -207,6 +207,9 @@ def check_invariants(state: ClusterState, decision: Decision, config: DecisionCo
         start = earliest_start(after, reserved)
         assert start is not None
         assert start <= res.start_at, (start, res.start_at)
+        # backfilling never pushes the reserved job past the start it had before this round's
+        # backfills: its earliest start after the whole round is the promised one, exactly
+        assert start == res.start_at, (start, res.start_at)
         if config.backfill == Backfill.NONE:
             assert start == res.start_at
             assert earliest_start(state, reserved) == res.start_at or decision.allocations
