@@ -299,6 +299,8 @@ class TestOperations:
             in text
         )
         assert "kairos_decision_latency_seconds_bucket" in text
+        latency = 'method="POST",route="/v1/clusters/{cluster_id}/schedule"'
+        assert f"kairos_http_request_duration_seconds_count{{{latency}}} 1.0" in text
 
     @pytest.mark.parametrize("page", ["/docs", "/redoc"])
     async def test_docs_are_offline(self, client: httpx.AsyncClient, page: str) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import httpx
+import pytest
+from fastapi import FastAPI
 
 from tests.factories import job_spec, make_cluster
 
@@ -58,6 +60,32 @@ class TestSchedule:
         assert (await client.get(f"/v1/clusters/{cid}")).json()["allocated"].get("cpu", 0) == 0
         stored = (await client.get(f"/v1/decisions/{d['id']}")).json()
         assert stored["dry_run"] is True
+
+    async def test_a_failing_round_stores_and_applies_nothing(
+        self, app: FastAPI, client: httpx.AsyncClient, cid: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The decision and the job/node changes commit together: a round that fails after
+        both were written (and flushed) leaves neither behind."""
+        from app.services import scheduling
+
+        await make_cluster(client, cid, nodes=1, cluster={"policy": "fcfs"}, cpu=8)
+        await _submit(client, cid, job_spec("a", cpu=2))
+
+        def boom(record: object) -> None:
+            raise RuntimeError("crash after the decision and its allocations were flushed")
+
+        monkeypatch.setattr(scheduling, "decision_read", boom)
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://kairos.test") as raw:
+            r = await raw.post(f"/v1/clusters/{cid}/schedule", json={})
+        assert r.status_code == 500
+        monkeypatch.undo()
+        assert (await client.get(f"/v1/clusters/{cid}/jobs/a")).json()["state"] == "pending"
+        cluster = (await client.get(f"/v1/clusters/{cid}")).json()
+        assert cluster["allocated"].get("cpu", 0.0) == 0.0
+        assert (await client.get(f"/v1/clusters/{cid}/decisions")).json()["items"] == []
+        d = (await client.post(f"/v1/clusters/{cid}/schedule", json={})).json()
+        assert [a["job_id"] for a in d["allocations"]] == ["a"]
 
     async def test_no_body_and_policy_override(self, client: httpx.AsyncClient, cid: str) -> None:
         await make_cluster(client, cid, nodes=1)
