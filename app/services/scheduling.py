@@ -177,6 +177,25 @@ def _snapshot_error(exc: InvalidSnapshotError, prefix: str) -> UnprocessableErro
     )
 
 
+async def _decide(
+    decisions: DecisionService,
+    state: ClusterState,
+    spec: DecisionSpec,
+    request_id: str,
+    deadline_ms: float,
+    *,
+    field_prefix: str,
+) -> DecisionOutcome:
+    """The one call into the decision seam shared by ``/schedule`` and ``/v1/decide``; an
+    inconsistent snapshot becomes a 422 naming the field under ``field_prefix``."""
+    try:
+        return await decisions.decide(
+            state, spec, request_id=request_id, deadline_s=deadline_ms / 1000.0
+        )
+    except InvalidSnapshotError as exc:
+        raise _snapshot_error(exc, field_prefix) from None
+
+
 # -- stateful: /v1/clusters/{id}/schedule ----------------------------------------------------------
 
 
@@ -246,13 +265,14 @@ async def schedule_cluster(
         shadow_policy=cluster.shadow_policy,
     )
     request_id = request_id or new_request_id()
-    deadline_ms = body.deadline_ms or settings.DEFAULT_DEADLINE_MS
-    try:
-        outcome = await decisions.decide(
-            state, spec, request_id=request_id, deadline_s=deadline_ms / 1000.0
-        )
-    except InvalidSnapshotError as exc:
-        raise _snapshot_error(exc, "cluster.") from None
+    outcome = await _decide(
+        decisions,
+        state,
+        spec,
+        request_id,
+        body.deadline_ms or settings.DEFAULT_DEADLINE_MS,
+        field_prefix="cluster.",
+    )
     record = decision_record(
         tenant=ctx.tenant,
         cluster=cluster,
@@ -346,13 +366,14 @@ async def decide_snapshot(
         explain=body.explain,
     )
     request_id = request_id or new_request_id()
-    deadline_ms = body.deadline_ms or settings.DEFAULT_DEADLINE_MS
-    try:
-        outcome = await decisions.decide(
-            state, spec, request_id=request_id, deadline_s=deadline_ms / 1000.0
-        )
-    except InvalidSnapshotError as exc:
-        raise _snapshot_error(exc, "body.") from None
+    outcome = await _decide(
+        decisions,
+        state,
+        spec,
+        request_id,
+        body.deadline_ms or settings.DEFAULT_DEADLINE_MS,
+        field_prefix="body.",
+    )
     record = decision_record(
         tenant=tenant,
         cluster=None,
