@@ -8,16 +8,13 @@ Chromium is launched with a fresh profile directory per test. ``make browser-dep
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests.serving import kairos_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -40,20 +37,7 @@ class Server:
     log: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _kairos_command() -> list[str]:
-    script = Path(sys.executable).with_name("kairos")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "kairos"]
-
-
 def _serve(workdir: Path, extra_env: dict[str, str]) -> Iterator[Server]:
-    port = _free_port()
     log_path = workdir / "serve.log"
     env = {
         **os.environ,
@@ -64,36 +48,8 @@ def _serve(workdir: Path, extra_env: dict[str, str]) -> Iterator[Server]:
     for name in ("KAIROS_REDIS_URL", "KAIROS_API_KEYS"):
         if name not in extra_env:
             env.pop(name, None)
-    url = f"http://127.0.0.1:{port}"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*_kairos_command(), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"kairos serve exited {process.returncode}:\n{log_path.read_text()}")
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"kairos serve did not start:\n{log_path.read_text()}")
-            time.sleep(0.2)
+    with kairos_serve(env, log_path) as url:
         yield Server(url=url, log=log_path)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(scope="session")

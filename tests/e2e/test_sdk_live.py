@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +30,8 @@ from kairos_client import (
     ValidationError,
 )
 from sqlalchemy.engine import make_url
+
+from tests.serving import free_port, kairos_serve
 
 pytestmark = pytest.mark.postgres
 
@@ -56,23 +55,10 @@ def _admin(sql: str) -> None:
         conn.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _kairos_command() -> list[str]:
-    script = Path(sys.executable).with_name("kairos")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "kairos"]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     name = f"kairos_sdk_e2e_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     _admin(f'CREATE DATABASE "{name}"')
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("kairos-serve") / "serve.log"
     env = {
         **os.environ,
@@ -84,36 +70,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "KAIROS_LOG_LEVEL": "warning",
     }
     env.pop("KAIROS_REDIS_URL", None)
-    base_url = f"http://127.0.0.1:{port}"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*_kairos_command(), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"kairos serve exited {process.returncode}:\n{log_path.read_text()}")
-            try:
-                if httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"kairos serve did not start:\n{log_path.read_text()}")
-            time.sleep(0.2)
-        yield base_url
+        with kairos_serve(env, log_path) as base_url:
+            yield base_url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
         _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
@@ -364,7 +324,7 @@ class TestErrors:
 
     def test_connection_error_when_nothing_listens(self):
         with (
-            Client(base_url=f"http://127.0.0.1:{_free_port()}", max_retries=1) as client,
+            Client(base_url=f"http://127.0.0.1:{free_port()}", max_retries=1) as client,
             pytest.raises(kairos_client.APIConnectionError),
         ):
             client.policies.list()

@@ -1,0 +1,67 @@
+"""``kairos serve`` as a subprocess on a free loopback port (end-to-end and browser tests)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def kairos_command() -> list[str]:
+    script = Path(sys.executable).with_name("kairos")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "kairos"]
+
+
+@contextmanager
+def kairos_serve(
+    env: Mapping[str, str], log_path: Path, start_timeout_s: float = 60
+) -> Iterator[str]:
+    """Run ``kairos serve`` with ``env`` until the block ends; yields its base URL once
+    ``/healthz`` answers. Fails the test with the server log if it exits or does not start."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*kairos_command(), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            env=dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"kairos serve exited {process.returncode}:\n{log_path.read_text()}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"kairos serve did not start:\n{log_path.read_text()}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
