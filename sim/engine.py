@@ -6,10 +6,11 @@ from typing import Literal
 
 from app.domain.decision import DecisionConfig
 from app.domain.heuristics import ScoreHeuristic, get_heuristic
-from app.domain.policy import OrderingPolicy, SteppingPolicy
+from app.domain.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
 from app.domain.types import Backfill
 from sim.kairos import simulate_kairos
 from sim.kairos_fast import simulate_kairos_fast
+from sim.ranking import ScoringRanker
 from sim.rlscheduler import RlsPolicy, SequenceResult, simulate_sequence
 from sim.traces.swf import SwfTrace
 
@@ -18,7 +19,7 @@ Semantics = Literal["kairos", "rlscheduler"]
 
 def run_sequence(
     trace: SwfTrace,
-    policy: str | OrderingPolicy | SteppingPolicy,
+    policy: str | OrderingPolicy | RankingPolicy | SteppingPolicy,
     *,
     start: int,
     length: int,
@@ -28,25 +29,28 @@ def run_sequence(
 ) -> SequenceResult:
     """Jobs ``[start, start + length)`` of ``trace`` from an empty cluster.
 
-    ``semantics="rlscheduler"`` takes an RLScheduler heuristic name (:class:`RlsPolicy`);
+    ``semantics="rlscheduler"`` takes an RLScheduler heuristic name (:class:`RlsPolicy`) or a
+    ranking policy (it picks each job in RLScheduler's simulator);
     ``"kairos"`` takes a heuristic name of :mod:`app.domain.heuristics` or a policy object
     (e.g. an ONNX policy) and drives the service's decision core, on a pooled machine (decisions
     equal the per-node machine's, see :mod:`sim.kairos`).  With ``fast`` (default), queue-order
-    heuristics run on :mod:`sim.kairos_fast`, the node-count twin of the core that is tested to
-    start every job at the same time; ``fast=False`` calls ``decide()`` at every decision point.
+    heuristics and ranking ONNX policies run on :mod:`sim.kairos_fast`, the node-count twin of
+    the core that is tested to start every job at the same time; ``fast=False`` calls
+    ``decide()`` at every decision point.
     """
     if semantics == "rlscheduler":
-        if not isinstance(policy, str):
-            raise TypeError("rlscheduler semantics runs RLScheduler's heuristics, by name")
-        return simulate_sequence(
-            trace,
-            start,
-            length,
-            RlsPolicy(policy.strip().lower()),
-            backfill=backfill is Backfill.EASY,
-        )
+        if isinstance(policy, str):
+            rls: RlsPolicy | ScoringRanker = RlsPolicy(policy.strip().lower())
+        elif isinstance(policy, ScoringRanker):
+            rls = policy
+        else:
+            raise TypeError(
+                "rlscheduler semantics runs RLScheduler's heuristics (by name) or a ranking "
+                "policy (decision_mode: rank)"
+            )
+        return simulate_sequence(trace, start, length, rls, backfill=backfill is Backfill.EASY)
     resolved = get_heuristic(policy) if isinstance(policy, str) else policy
-    if fast and isinstance(resolved, ScoreHeuristic):
+    if fast and isinstance(resolved, (ScoreHeuristic, ScoringRanker)):
         return simulate_kairos_fast(trace, start, length, resolved, backfill=backfill)
     return simulate_kairos(
         trace, start, length, resolved, config=DecisionConfig(backfill=backfill), pooled=True

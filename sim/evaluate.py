@@ -27,7 +27,7 @@ import numpy as np
 
 from app.domain.errors import UnknownHeuristicError
 from app.domain.heuristics import HEURISTIC_CLASSES, get_heuristic
-from app.domain.policy import OrderingPolicy, SteppingPolicy
+from app.domain.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
 from app.domain.types import Backfill
 from sim.engine import Semantics, run_sequence
 from sim.metrics import (
@@ -38,10 +38,11 @@ from sim.metrics import (
     utilization_makespan,
     utilization_rlscheduler,
 )
+from sim.ranking import ScoringRanker
 from sim.rlscheduler import RlsPolicy, SequenceResult, sample_starts
 from sim.traces.swf import SwfTrace, load_swf
 
-PolicyLoader = Callable[[str], OrderingPolicy | SteppingPolicy | None]
+PolicyLoader = Callable[[str], OrderingPolicy | RankingPolicy | SteppingPolicy | None]
 LOADER_ENTRY_POINT_GROUP = "kairos.policy_loaders"
 
 ROW_KEYS = (
@@ -84,22 +85,28 @@ def heuristic_names(semantics: Semantics) -> tuple[str, ...]:
     return tuple(HEURISTIC_CLASSES)
 
 
-def resolve_policy(name: str, semantics: Semantics) -> OrderingPolicy | SteppingPolicy | None:
+def resolve_policy(
+    name: str, semantics: Semantics
+) -> OrderingPolicy | RankingPolicy | SteppingPolicy | None:
     """The policy object for ``name`` (``None`` for a heuristic of ``rlscheduler`` semantics)."""
     key = name.strip().lower()
+    loaders = [*_loaders, *_entry_point_loaders()]
     if semantics == "rlscheduler":
         if key in heuristic_names("rlscheduler"):
             return None
+        for loader in loaders:
+            policy = loader(name)
+            if isinstance(policy, ScoringRanker):
+                return policy
         raise UnknownPolicyError(
-            f"unknown policy {name!r} for --semantics rlscheduler (heuristics only: "
-            f"{', '.join(heuristic_names('rlscheduler'))}); learned policies run under "
-            "--semantics kairos"
+            f"unknown policy {name!r} for --semantics rlscheduler (heuristics: "
+            f"{', '.join(heuristic_names('rlscheduler'))}, or a ranking ONNX model, card "
+            "decision_mode: rank); stepping models run under --semantics kairos"
         )
     try:
         return get_heuristic(key)
     except UnknownHeuristicError:
         pass
-    loaders = [*_loaders, *_entry_point_loaders()]
     for loader in loaders:
         policy = loader(name)
         if policy is not None:
@@ -173,9 +180,10 @@ def run_one(
 ) -> SequenceResult:
     """One policy (by name, resolved as ``--policies`` does) on one sequence."""
     if semantics == "rlscheduler":
+        learned = resolve_policy(policy_name, semantics)
         return run_sequence(
-            trace, policy_name, start=start, length=length, backfill=backfill,
-            semantics="rlscheduler",
+            trace, policy_name if learned is None else learned, start=start, length=length,
+            backfill=backfill, semantics="rlscheduler",
         )  # fmt: skip
     policy = resolve_policy(policy_name, semantics)
     assert policy is not None

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.domain.decision import DecisionConfig, DecisionRun, decide
-from app.domain.policy import OrderingPolicy, SteppingPolicy
+from app.domain.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
 from app.domain.types import (
     ClusterState,
     Decision,
@@ -269,7 +269,7 @@ class KairosSimulator:
             self._push(self.now + wl.run_time[i], _COMPLETION, i)
             self._started += 1
 
-    def run(self, policy: OrderingPolicy | SteppingPolicy) -> SequenceResult:
+    def run(self, policy: OrderingPolicy | RankingPolicy | SteppingPolicy) -> SequenceResult:
         """Replay the whole sequence with ``policy``; the episode ends at the last start."""
         while (state := self.next_state()) is not None:
             self.apply(decide(state, policy, self.config), state)
@@ -304,7 +304,7 @@ def simulate_kairos(
     trace: SwfTrace,
     start: int,
     length: int,
-    policy: OrderingPolicy | SteppingPolicy,
+    policy: OrderingPolicy | RankingPolicy | SteppingPolicy,
     *,
     config: DecisionConfig | None = None,
     pooled: bool = False,

@@ -12,10 +12,15 @@ On a machine of identical nodes with whole-node jobs (every SWF trace, A.2), one
   never allowed later in the round (free nodes and nodes at the shadow time only shrink), so the
   core's deferred retries never fire and one pass is exact.
 
+Ranking policies (a learned scorer used as an order, ADR 0065) run here too: at each decision
+point the twin encodes the queue exactly as the core's first view would be encoded
+(:func:`sim.ranking.head_features`: HEAD phase, no reservation, every pending job a candidate),
+asks the policy's ``score`` once, and walks ``rank_rows`` of the logits.
+
 ``tests/unit/sim/test_kairos_fast.py`` checks start times equal to
-:class:`sim.kairos.KairosSimulator` (the real core) on random traces for every heuristic and both
-backfilling modes, so this twin is what the service would do, much faster.  Stepping (ONNX)
-policies always go through the core.
+:class:`sim.kairos.KairosSimulator` (the real core) on random traces for every heuristic, for
+ranking ONNX policies and both backfilling modes, so this twin is what the service would do, much
+faster.  Stepping (ONNX) policies always go through the core.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ from bisect import bisect_left, insort
 
 import numpy as np
 
+from app.domain.encoding import rank_rows
 from app.domain.heuristics import ScoreHeuristic
 from app.domain.heuristics.base import finite_key
 from app.domain.types import Backfill, Job
 from sim.kairos import Workload, workload_from_trace
+from sim.ranking import HeadEncoder, ScoringRanker
 from sim.rlscheduler import SequenceResult
 from sim.traces.swf import SwfTrace
 
@@ -47,10 +54,14 @@ def _key(policy: ScoreHeuristic, job: Job, now: float) -> _Key:
 
 
 class _FastSim:
-    def __init__(self, workload: Workload, policy: ScoreHeuristic, backfill: Backfill) -> None:
+    def __init__(
+        self, workload: Workload, policy: ScoreHeuristic | ScoringRanker, backfill: Backfill
+    ) -> None:
         jobs = workload.jobs
         self.workload = workload
-        self.policy = policy
+        self.ranker = policy if isinstance(policy, ScoringRanker) else None
+        heuristic = policy if isinstance(policy, ScoreHeuristic) else _NO_HEURISTIC
+        self.policy = heuristic
         self.jobs = jobs
         self.n = len(jobs)
         self.tasks = [j.tasks for j in jobs]
@@ -59,9 +70,23 @@ class _FastSim:
         self.fcfs = [(finite_key(j.submit_time), j.id) for j in jobs]
         self.run = workload.run_time
         self.easy = backfill is Backfill.EASY
-        self.custom_order = type(policy).order is not ScoreHeuristic.order
-        self.static = is_static(policy) and not self.custom_order
-        self.static_keys = [_key(policy, j, 0.0) for j in jobs] if self.static else []
+        self.custom_order = type(heuristic).order is not ScoreHeuristic.order
+        self.static = self.ranker is None and is_static(heuristic) and not self.custom_order
+        self.static_keys = [_key(heuristic, j, 0.0) for j in jobs] if self.static else []
+        ppn = workload.procs_per_node
+        self.capacity = workload.max_nodes * ppn
+        self.ppn = ppn
+        self.tasks_arr = np.asarray(self.tasks, dtype=np.int64)
+        self.encoder = (
+            HeadEncoder(
+                np.asarray(self.submit, dtype=np.float64),
+                np.asarray(self.wall, dtype=np.float64),
+                np.asarray([j.tasks * float(j.per_task.get("cpu", 0.0)) for j in jobs]),
+                self.capacity,
+            )
+            if self.ranker is not None
+            else None
+        )
         self.start = [-1.0] * self.n
         self.free = workload.max_nodes
         self.pending: list[tuple[_Key, int]] = []  # sorted by key (static heuristics)
@@ -101,7 +126,28 @@ class _FastSim:
             heapq.heappop(by_tasks)
         return bool(by_tasks) and by_tasks[0][0] <= self.free
 
+    def ranked(self) -> list[int]:
+        """The ranking policy's order of the pending jobs (see :func:`head_features`)."""
+        assert self.ranker is not None
+        assert self.encoder is not None
+        fcfs = self.fcfs
+        pending = sorted(self.pending_set, key=fcfs.__getitem__)
+        at = np.asarray(pending, dtype=np.intp)
+        # the pooled node's allocated cpus, summed as the core's snapshot holds them
+        used = (self.workload.max_nodes - self.free) * self.ppn
+        obs = self.encoder.encode(
+            at, self.now, self.tasks_arr[at] <= self.free, self.capacity - used
+        )
+        mask = np.ones((1, len(pending)), dtype=np.bool_)
+        logits = self.ranker.score(obs[None], mask)
+        rows = rank_rows(np.asarray(logits)[0], mask[0])
+        if rows is None:
+            raise ValueError(f"{self.ranker.ref} gave non-finite scores")
+        return [pending[r] for r in rows]
+
     def order(self) -> list[int]:
+        if self.ranker is not None:
+            return self.ranked()
         if self.static:
             return [j for _, j in self.pending]
         jobs, now = self.jobs, self.now
@@ -160,8 +206,15 @@ class _FastSim:
         )
 
 
+class _NoHeuristic(ScoreHeuristic):
+    name = "none"
+
+
+_NO_HEURISTIC = _NoHeuristic()
+
+
 def simulate_workload_fast(
-    workload: Workload, policy: ScoreHeuristic, backfill: Backfill
+    workload: Workload, policy: ScoreHeuristic | ScoringRanker, backfill: Backfill
 ) -> SequenceResult:
     """Replay ``workload`` with ``policy`` (see the module docstring)."""
     sim = _FastSim(workload, policy, backfill)
@@ -196,7 +249,12 @@ def _shadow(
 
 
 def simulate_kairos_fast(
-    trace: SwfTrace, start: int, length: int, policy: ScoreHeuristic, *, backfill: Backfill
+    trace: SwfTrace,
+    start: int,
+    length: int,
+    policy: ScoreHeuristic | ScoringRanker,
+    *,
+    backfill: Backfill,
 ) -> SequenceResult:
     """Jobs ``[start, start + length)`` of ``trace`` (kairos semantics, heuristic policies)."""
     return simulate_workload_fast(workload_from_trace(trace, start, length), policy, backfill)

@@ -32,19 +32,22 @@ import hashlib
 import heapq
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
 
+from sim.ranking import ScoringRanker, rls_picker
 from sim.traces.swf import SwfTrace
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _INF = float("inf")
+#: ``pick(queued jobs in arrival order, now, free nodes) -> job`` (a learned policy)
+Picker = Callable[[list[int], float, int], int]
 
 
 class RlsPolicy(StrEnum):
@@ -162,13 +165,23 @@ def simulate_sequence(
     trace: SwfTrace,
     start: int,
     length: int,
-    policy: RlsPolicy | str,
+    policy: RlsPolicy | str | ScoringRanker,
     *,
     backfill: bool,
 ) -> SequenceResult:
-    """Run one heuristic on jobs ``[start, start + length)`` from an empty cluster."""
+    """Run one heuristic (or a ranking policy, e.g. an ONNX model: it picks each job, A.8's
+    "RL" slot) on jobs ``[start, start + length)`` from an empty cluster."""
     seq = prepare(trace, start, length)
     stop = start + length
+    if not isinstance(policy, str):
+        picker = rls_picker(
+            policy, seq.submit, seq.request, seq.nodes, seq.total_nodes, seq.procs_per_node
+        )
+        # no policy key sorts the queue: ties and backfill scans keep arrival order
+        starts, end_time = run_heuristic(
+            seq, list(range(length)), [], backfill=backfill, picker=picker
+        )
+        return _result(trace, start, stop, starts, end_time)
     keys = policy_keys(
         policy,
         trace.submit_time[start:stop],
@@ -185,6 +198,12 @@ def simulate_sequence(
         ranks[order] = np.arange(length)
         fcfs = ranks.tolist()
     starts, end_time = run_heuristic(seq, prio.tolist(), fcfs, backfill=backfill)
+    return _result(trace, start, stop, starts, end_time)
+
+
+def _result(
+    trace: SwfTrace, start: int, stop: int, starts: list[float], end_time: float
+) -> SequenceResult:
     return SequenceResult(
         submit=trace.submit_time[start:stop].astype(np.float64),
         run=trace.run_time[start:stop].astype(np.float64),
@@ -245,10 +264,19 @@ def _reserve(
 
 
 def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
-    seq: PreparedSequence, prio: list[int], fcfs: list[int], *, backfill: bool
+    seq: PreparedSequence,
+    prio: list[int],
+    fcfs: list[int],
+    *,
+    backfill: bool,
+    picker: Picker | None = None,
 ) -> tuple[list[float], float]:
     """The event loop.  ``prio`` / ``fcfs`` are per-job ranks (see the module docstring); an
     empty ``fcfs`` means the FCFS order is the index order (distinct submit times).
+
+    With ``picker`` (a learned policy, :func:`sim.ranking.rls_picker`), each decision is
+    ``picker(queued jobs in arrival order, now, free nodes)`` instead of the best ``prio`` rank;
+    everything else (blocking, backfilling, the clock) is unchanged.
 
     Returns the start time of every job and the time of the last start.
     """
@@ -272,8 +300,9 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
     est: list[float] = [0.0] * n if backfill else []  # requested ends (start + request)
     queue: list[int] = [prio[0]]  # heap of priority ranks, lazily purged of started jobs
     nwait = 1  # queued jobs
-    # backfilling only: the queued jobs, in arrival (= index) order
-    waiting: dict[int, None] = {0: None} if backfill else {}
+    # backfilling or a picker only: the queued jobs, in arrival (= index) order
+    track = backfill or picker is not None
+    waiting: dict[int, None] = {0: None} if track else {}
     sort_cands = bool(fcfs)  # else FCFS order = index order = arrival order
     running: list[tuple[float, int, int]] = []  # heap of (end, start sequence, job)
     free = seq.total_nodes
@@ -284,11 +313,14 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
 
     while True:
         # ---- decision: the policy's choice among the queued jobs
-        while True:
-            j = by_prio[queue[0]]
-            if start[j] < 0:
-                break
-            heappop(queue)
+        if picker is None:
+            while True:
+                j = by_prio[queue[0]]
+                if start[j] < 0:
+                    break
+                heappop(queue)
+        else:
+            j = picker(list(waiting), now, free)
         need = nodes[j]
 
         if need > free:
@@ -300,6 +332,8 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                         if submit[nxt] > now:
                             now = submit[nxt]
                         heappush(queue, prio[nxt])
+                        if track:
+                            waiting[nxt] = None
                         nwait += 1
                         nxt += 1
                     if rel > now:
@@ -384,8 +418,9 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
         heappush(running, (now + run[j], counter, j))
         counter += 1
         nwait -= 1
-        if backfill:
+        if track:
             del waiting[j]
+        if backfill:
             est[j] = now + request[j]
 
         if not nwait:
@@ -399,7 +434,7 @@ def run_heuristic(  # noqa: C901 - one hot loop, kept flat for speed
                         now = submit[nxt]
                     heappush(queue, prio[nxt])
                     nwait += 1
-                    if backfill:
+                    if track:
                         waiting[nxt] = None
                     nxt += 1
                     break

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sim.ranking import Picker, ScoringRanker, rls_picker
 from sim.rlscheduler import RlsPolicy
 from sim.traces.swf import SwfTrace
 
@@ -139,11 +140,17 @@ class _Sim:
                 self.free += first.nodes
         return True
 
-    def run(self, score: Callable[[_Job], object]) -> tuple[list[float], float]:
+    def run(
+        self, score: Callable[[_Job], object] | None, picker: Picker | None = None
+    ) -> tuple[list[float], float]:
         while True:
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                self.queue.sort(key=score)  # type: ignore[arg-type]
-            job = self.queue[0]
+            if picker is not None:  # the queue stays in arrival order
+                idx = picker([j.idx for j in self.queue], self.now, self.free)
+                job = self.jobs[idx]
+            else:
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                    self.queue.sort(key=score)  # type: ignore[arg-type]
+                job = self.queue[0]
             if job.nodes > self.free:
                 if self.backfill:
                     self._backfill_for(job)
@@ -155,7 +162,24 @@ class _Sim:
 
 
 def reference_simulate(
-    trace: SwfTrace, start: int, length: int, policy: RlsPolicy | str, *, backfill: bool
+    trace: SwfTrace,
+    start: int,
+    length: int,
+    policy: RlsPolicy | str | ScoringRanker,
+    *,
+    backfill: bool,
 ) -> tuple[list[float], float]:
     """Start time of every job and the episode end (the last start)."""
-    return _Sim(trace, start, length, backfill).run(_score(RlsPolicy(policy)))
+    sim = _Sim(trace, start, length, backfill)
+    if isinstance(policy, str):
+        return sim.run(_score(RlsPolicy(policy)))
+    jobs = sim.jobs
+    picker = rls_picker(
+        policy,
+        [j.submit for j in jobs],
+        [j.request for j in jobs],
+        [j.nodes for j in jobs],
+        trace.max_nodes,
+        sim.ppn,
+    )
+    return sim.run(None, picker)

@@ -17,8 +17,10 @@ Semantics (ADR 0010):
   policy picks among them until none remain.  Exactly one reservation.
 
 :func:`decide` is the entry point.  Ordering policies take a fast path (order once, walk the
-order).  Stepping policies drive a :class:`DecisionRun`, which callers (the batched ONNX pipeline)
-may also drive themselves: ``while not run.done: run.apply(pick(run.view()))``.
+order); ranking policies score the first view once and take the same path
+(:meth:`DecisionRun.run_ranked`).  Stepping policies drive a :class:`DecisionRun`, which callers
+(the batched ONNX pipeline) may also drive themselves:
+``while not run.done: run.apply(pick(run.view()))``.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from app.domain.placement import (
     place_rows,
     slack_matrix,
 )
-from app.domain.policy import OrderingPolicy, Phase, SteppingPolicy, StepView
+from app.domain.policy import OrderingPolicy, Phase, RankingPolicy, SteppingPolicy, StepView
 from app.domain.resources import FIT_EPS, to_tuple
 from app.domain.types import (
     Allocation,
@@ -851,6 +853,12 @@ class DecisionRun:
         self._stopped = True
         self._step = None
 
+    def run_ranked(self, view: StepView, rows: Iterable[int]) -> None:
+        """Walk ``view.candidates[i] for i in rows`` as an order (the :class:`RankingPolicy`
+        path); ``view`` must be this run's first view."""
+        candidates = view.candidates
+        self.run_order(candidates[i] for i in rows)
+
     def _retry(self, deferred: list[_Info]) -> None:
         """After a backfill: start the first deferred job that is now allowed, repeatedly."""
         i = 0
@@ -1182,13 +1190,17 @@ class DecisionRun:
 
 def decide(
     state: ClusterState,
-    policy: OrderingPolicy | SteppingPolicy,
+    policy: OrderingPolicy | RankingPolicy | SteppingPolicy,
     config: DecisionConfig | None = None,
 ) -> Decision:
     """One scheduling round of ``policy`` on ``state`` (see the module docstring)."""
     run = DecisionRun(state, config)
     if isinstance(policy, OrderingPolicy):
         run.run_order(policy.order(run.orderable(), run.now))
+    elif isinstance(policy, RankingPolicy):
+        if not run.done:
+            view = run.view()
+            run.run_ranked(view, policy.rank(view))
     else:
         while not run.done:
             run.apply(policy.pick(run.view()))

@@ -303,6 +303,10 @@ def _dominant_shares(
     return np.asarray(ratio.max(axis=1), dtype=np.float64)
 
 
+#: public name of the vectorised dominant share (the simulator's twin encodes with it)
+dominant_shares = _dominant_shares
+
+
 def _fill_rows(view: StepView, rows: Sequence[int], out: ObsArray) -> None:
     if not rows:
         return
@@ -538,6 +542,22 @@ def encode_batch(
         view_mask = view.arrays.mask if view.arrays is not None else view.mask
         mask[b, :width] = np.asarray(view_mask, dtype=np.bool_)[index[b, :width]]
     return EncodedBatch(obs=obs, mask=mask, index=index)
+
+
+def rank_rows(logits: LogitsArray, mask: MaskArray) -> list[int] | None:
+    """The rows whose mask is true, best first: descending logit, ties by row (lowest first).
+
+    Rows are in the view's FCFS order, so ties break by submit time, then id.  ``None`` when a
+    pickable row's logit is not finite.  Used by ranking (score-once) policies: the service's
+    :class:`~app.policy.onnx_policy.OnnxRankingPolicy` and the simulator's twin of it.
+    """
+    if logits.shape != mask.shape:
+        raise ValueError(f"logits {logits.shape} and mask {mask.shape} differ in shape")
+    rows = np.flatnonzero(mask)
+    picked = np.asarray(logits[rows], dtype=np.float32)
+    if not bool(np.isfinite(picked).all()):
+        return None
+    return [int(r) for r in rows[np.argsort(-picked, kind="stable")]]
 
 
 def masked_argmax(logits: LogitsArray, mask: MaskArray) -> int | None:

@@ -1,7 +1,10 @@
-"""The two kinds of policy the decision loop (``app.domain.decision``) can drive.
+"""The three kinds of policy the decision loop (``app.domain.decision``) can drive.
 
 * :class:`OrderingPolicy` — a queue-order heuristic: it ranks the eligible jobs once per decision
   (``now`` is fixed within a decision, so the order is too).
+* :class:`RankingPolicy` — a learned scorer used as an order (ADR 0065): it sees the decision's
+  first :class:`StepView` (the whole queue, the free resources), scores every candidate once, and
+  the decision walks that order exactly as it walks a heuristic's.  One inference per decision.
 * :class:`SteppingPolicy` — a learned policy: at every step of the decision it sees a
   :class:`StepView` (the candidates, their feasibility mask, the free resources, the reservation)
   and picks one candidate.  Step-synchronous batching drives many :class:`DecisionRun` objects
@@ -71,6 +74,19 @@ class OrderingPolicy(Protocol):
 
 
 @runtime_checkable
+class RankingPolicy(Protocol):
+    @property
+    def ref(self) -> PolicyRef: ...
+
+    def rank(self, view: StepView) -> list[int]:
+        """Indices into ``view.candidates`` (mask true), best first; ties by FCFS order.
+
+        ``view`` is the decision's first view (phase HEAD, no reservation).
+        """
+        ...
+
+
+@runtime_checkable
 class SteppingPolicy(Protocol):
     @property
     def ref(self) -> PolicyRef: ...
@@ -80,4 +96,4 @@ class SteppingPolicy(Protocol):
         ...
 
 
-Policy = OrderingPolicy | SteppingPolicy
+Policy = OrderingPolicy | RankingPolicy | SteppingPolicy

@@ -14,7 +14,10 @@ A model lives in ``<models_dir>/<name>/<version>/`` as ``policy.onnx`` plus ``ca
   dynamic ``B`` and ``N`` and ``F == NUM_FEATURES``, and it has an output
   ``logits: float32[B, N]`` (the card's declared signature must say the same);
 * probe inputs of two different shapes give logits of the right shape, finite wherever the mask
-  is true.
+  is true;
+* the card's optional ``decision_mode`` is ``"step"`` (default: the model is asked at every step
+  of a decision, :class:`OnnxPolicy`) or ``"rank"`` (it scores the decision's first view once and
+  the decision walks that order, :class:`OnnxRankingPolicy`; ADR 0065).
 
 Thread counts are explicit (ADR 0043): ``intra_op_num_threads`` and ``inter_op_num_threads`` come
 from the caller (settings), execution is sequential and intra-op spinning is off, so an idle
@@ -43,6 +46,7 @@ from app.domain.encoding import (
     ObsArray,
     encode_view,
     masked_argmax,
+    rank_rows,
 )
 from app.domain.policy import StepView
 from app.domain.types import PolicyRef
@@ -66,6 +70,9 @@ DEFAULT_PROVIDERS: Final = ("CPUExecutionProvider",)
 #: (B, N) of the two probe inputs: two shapes prove the axes really are dynamic.
 PROBE_SHAPES: Final = ((2, 5), (1, 1))
 PROBE_SEED: Final = 20261130
+MODE_KEY: Final = "decision_mode"
+MODE_STEP: Final = "step"
+MODE_RANK: Final = "rank"
 
 
 class RefusalReason(StrEnum):
@@ -121,6 +128,8 @@ class ModelCard:
     domain: str
     feature_schema_version: str
     raw: Mapping[str, Any] = field(default_factory=dict)
+    #: ``"step"`` (asked at every step) or ``"rank"`` (scores once per decision)
+    decision_mode: str = MODE_STEP
 
 
 def file_sha256(path: Path) -> str:
@@ -165,12 +174,19 @@ def parse_card(
             f"the encoder is {FEATURE_SCHEMA_VERSION!r}",
         )
     _check_card_signature(raw)
+    mode = raw.get(MODE_KEY, MODE_STEP)
+    if mode not in (MODE_STEP, MODE_RANK):
+        raise PolicyRefusedError(
+            RefusalReason.INVALID_CARD,
+            f"card {MODE_KEY} is {mode!r}; expected {MODE_STEP!r} or {MODE_RANK!r}",
+        )
     return ModelCard(
         name=card_name,
         version=card_version,
         domain=raw["domain"],
         feature_schema_version=raw["feature_schema_version"],
         raw=raw,
+        decision_mode=mode,
     )
 
 
@@ -362,7 +378,8 @@ class OnnxPolicy:
             )
         _check_graph_signature(session)
         _probe(session)
-        return cls(
+        kind = OnnxRankingPolicy if card.decision_mode == MODE_RANK else OnnxPolicy
+        return kind(
             session=session,
             card=card,
             sha256=hashlib.sha256(model).hexdigest(),
@@ -422,6 +439,24 @@ class OnnxPolicy:
         return encoded.candidate(row)
 
 
+class OnnxRankingPolicy(OnnxPolicy):
+    """A model whose card says ``decision_mode: rank``: a :class:`~app.domain.policy.RankingPolicy`.
+
+    It scores every candidate of the decision's first view once (no candidate window: the whole
+    eligible queue), and the decision walks the candidates by descending logit, ties in FCFS order
+    (:func:`~app.domain.encoding.rank_rows`).  One inference per decision instead of one per step.
+    """
+
+    def rank(self, view: StepView) -> list[int]:
+        width = max(1, len(view.candidates))
+        encoded = encode_view(view, width)
+        logits = self.score(encoded.obs[None], encoded.mask[None])[0]
+        rows = rank_rows(logits, encoded.mask)
+        if rows is None:
+            raise PolicyInferenceError(InferenceFailure.NON_FINITE_OUTPUT, "non-finite logits")
+        return [encoded.candidate(row) for row in rows]
+
+
 def describe_signature() -> dict[str, list[dict[str, object]]]:
     """The ``inputs``/``outputs`` entries a card must carry (used by training's exporter)."""
     return {
@@ -439,6 +474,7 @@ __all__ = [
     "InferenceFailure",
     "ModelCard",
     "OnnxPolicy",
+    "OnnxRankingPolicy",
     "PolicyInferenceError",
     "PolicyRefusedError",
     "RefusalReason",

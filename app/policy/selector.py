@@ -8,6 +8,8 @@ shadow policy.  :func:`decide_many` decides a whole batch:
 * ONNX primaries run step-synchronously: at every step, **one** inference per model scores the
   candidates of every request still deciding (``encode_batch`` pads them to one ``N``), and each
   request applies its own pick with its own mask (ADR 0041);
+* ranking ONNX models (card ``decision_mode: rank``, ADR 0065) need a single step: one inference
+  scores the whole queue of every request in the batch, and each request walks its own order;
 * the fallback heuristic decides instead, recording a machine-readable :class:`FallbackReason`
   (ADR 0042), when the model is missing or refused, inference raises or returns the wrong shape,
   a request's logits are NaN/inf where its mask is true, every candidate is masked, the pick is
@@ -29,12 +31,24 @@ from enum import StrEnum
 import numpy as np
 
 from app.domain.decision import DecisionConfig, DecisionRun, decide
-from app.domain.encoding import EncodedBatch, LogitsArray, MaskArray, encode_batch, masked_argmax
+from app.domain.encoding import (
+    EncodedBatch,
+    LogitsArray,
+    MaskArray,
+    encode_batch,
+    masked_argmax,
+    rank_rows,
+)
 from app.domain.errors import DomainError, UnknownHeuristicError
 from app.domain.heuristics import get_heuristic
 from app.domain.policy import OrderingPolicy
 from app.domain.types import ClusterState, Decision
-from app.policy.onnx_policy import InferenceFailure, OnnxPolicy, PolicyInferenceError
+from app.policy.onnx_policy import (
+    InferenceFailure,
+    OnnxPolicy,
+    OnnxRankingPolicy,
+    PolicyInferenceError,
+)
 from app.policy.registry import PolicyRegistry
 
 DEFAULT_FALLBACK = "f1"
@@ -217,6 +231,39 @@ def _step_group(
         _apply_picks(active, encoded, logits)
 
 
+def _rank_group(
+    policy: OnnxPolicy,
+    slots: list[_Slot],
+    requests: Sequence[DecisionRequest],
+    clock: Callable[[], float],
+    reserve_s: float,
+) -> None:
+    """Decide every slot of one ranking model with one inference over all their queues."""
+    active = _deadline_passed(slots, requests, clock(), reserve_s)
+    if not active:
+        return
+    views = [slot.run.view() for slot in active]
+    width = max(1, max(len(view.candidates) for view in views))
+    encoded = encode_batch(views, width)
+    try:
+        logits = policy.score(encoded.obs, encoded.mask)
+    except PolicyInferenceError as exc:
+        for slot in active:
+            slot.failure, slot.detail = _INFERENCE_REASONS[exc.reason], exc.message
+        return
+    for b, slot in enumerate(active):
+        slot.max_batch = len(active)
+        rows = rank_rows(logits[b], encoded.mask[b])
+        if rows is None:
+            slot.failure = FallbackReason.NON_FINITE_OUTPUT
+            slot.detail = "non-finite logits for a pickable candidate"
+            continue
+        try:
+            slot.run.run_ranked(views[b], [encoded.candidate(b, row) for row in rows])
+        except DomainError as exc:
+            slot.failure, slot.detail = FallbackReason.INVALID_PICK, str(exc)
+
+
 class _Batch:
     """The bookkeeping of one :func:`decide_many` call."""
 
@@ -284,8 +331,9 @@ class _Batch:
     def run_groups(self, clock: Callable[[], float], reserve_s: float) -> None:
         for policy, slots in self.groups.values():
             live = [s for s in slots if not self.failed(s.index)]
+            run_group = _rank_group if isinstance(policy, OnnxRankingPolicy) else _step_group
             try:
-                _step_group(policy, live, self.requests, clock, reserve_s)
+                run_group(policy, live, self.requests, clock, reserve_s)
             except Exception as exc:  # e.g. an encoder failure: those requests fall back
                 for slot in live:
                     if slot.failure is None and not slot.run.done:

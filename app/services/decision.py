@@ -32,7 +32,7 @@ from app.domain.heuristics import (
     HEURISTIC_VERSION,
     get_heuristic,
 )
-from app.domain.policy import OrderingPolicy, SteppingPolicy
+from app.domain.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
 from app.domain.resources import FIT_EPS
 from app.domain.types import (
     Allocation,
@@ -47,7 +47,7 @@ from app.policy.selector import DecisionRequest as PipelineRequest
 logger = logging.getLogger(__name__)
 
 Health = Literal["ok", "degraded", "down"]
-Policy = OrderingPolicy | SteppingPolicy
+Policy = OrderingPolicy | RankingPolicy | SteppingPolicy
 
 
 class FallbackReason(StrEnum):

@@ -88,3 +88,43 @@ def test_static_detection():
     assert is_static(get_heuristic("f1"))
     assert not is_static(get_heuristic("wfp3"))
     assert not is_static(get_heuristic("unicep"))
+
+
+def _ranking_policy(seed: int):
+    import json
+
+    from app.policy.onnx_policy import OnnxPolicy, OnnxRankingPolicy
+    from tests.fixtures.onnx_models import card, kernel_model
+
+    policy = OnnxPolicy.from_bytes(
+        kernel_model(seed=seed, hidden=16),
+        json.dumps(card(decision_mode="rank")).encode(),
+    )
+    assert isinstance(policy, OnnxRankingPolicy)
+    return policy
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    trace=traces(),
+    seed=st.integers(0, 3),
+    backfill=st.sampled_from([Backfill.NONE, Backfill.EASY]),
+)
+def test_fast_twin_equals_the_core_for_ranking_onnx_policies(trace, seed, backfill):
+    policy = _ranking_policy(seed)
+    workload = workload_from_trace(trace)
+    core = KairosSimulator(workload, config=DecisionConfig(backfill=backfill), pooled=True)
+    expected = core.run(policy)
+    got = simulate_workload_fast(workload, policy, backfill)
+    assert got.start.tolist() == expected.start.tolist()
+
+
+@pytest.mark.parametrize("backfill", [Backfill.NONE, Backfill.EASY])
+def test_fast_twin_equals_the_core_for_a_ranking_policy_on_lublin(backfill):
+    trace = load_swf(DATA / "lublin_256.swf.gz")
+    policy = _ranking_policy(7)
+    expected = simulate_kairos(
+        trace, 7085, 300, policy, config=DecisionConfig(backfill=backfill), pooled=True
+    )
+    got = simulate_kairos_fast(trace, 7085, 300, policy, backfill=backfill)
+    assert got.start.tolist() == expected.start.tolist()

@@ -55,3 +55,29 @@ def test_matches_reference_with_exact_estimates(trace, policy, backfill):
 )
 def test_matches_reference_with_over_estimates(trace, policy, backfill):
     _check(trace, policy, backfill)
+
+
+def _ranking_policy(seed: int):
+    import json
+
+    from app.policy.onnx_policy import OnnxPolicy
+    from tests.fixtures.onnx_models import card, kernel_model
+
+    return OnnxPolicy.from_bytes(
+        kernel_model(seed=seed, hidden=16), json.dumps(card(decision_mode="rank")).encode()
+    )
+
+
+@SETTINGS
+@given(
+    trace=traces(exact_estimates=False),
+    seed=st.integers(0, 3),
+    backfill=st.booleans(),
+)
+def test_a_learned_picker_runs_the_same_in_both_simulators(trace, seed, backfill):
+    policy = _ranking_policy(seed)
+    n = trace.n_jobs
+    fast = simulate_sequence(trace, 0, n, policy, backfill=backfill)
+    starts, end = reference_simulate(trace, 0, n, policy, backfill=backfill)
+    assert fast.start.tolist() == starts
+    assert fast.end_time == end
