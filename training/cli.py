@@ -1,11 +1,18 @@
-"""``kairos train``: train the HPC kernel policy with PPO, export it to ONNX, evaluate it.
+"""``kairos train``: train an HPC policy, export it to ONNX, evaluate it.
 
-    kairos train --trace data/lublin_256.swf.gz data/lublin_256_new2.swf.gz \\
-        --out models/hpc-kernel/1 --time-budget-s 3600
+Two algorithms (``--algo``, default ``ppo``):
 
-Every option of ``training/ppo.py`` is accepted (``kairos train --help``); ``--out`` adds the
-export of the best checkpoint (``policy.onnx`` + ``card.json``) and, unless ``--no-evaluate``,
-the evaluation table of the paper's protocol (``training/evaluate.py``) in the card.
+* ``ppo`` (``training/ppo.py``): the stepping kernel policy, RLScheduler's design, trained with
+  PPO in the gym twin; every option of ``training/ppo.py`` is accepted (``kairos train --help``)::
+
+      kairos train --trace data/lublin_256.swf.gz data/lublin_256_new2.swf.gz \\
+          --out models/hpc-kernel/1 --time-budget-s 3600
+
+  ``--out`` adds the export of the best checkpoint (``policy.onnx`` + ``card.json``) and, unless
+  ``--no-evaluate``, the evaluation table of the paper's protocol in the card.
+* ``es`` (``training/es.py``): the ranking kernel policy (``decision_mode: rank``, ADR 0065),
+  trained with evolution strategies on the simulator's fast twin against the metric itself
+  (``kairos train --algo es --help``).
 """
 
 from __future__ import annotations
@@ -39,6 +46,22 @@ def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if args and args[0] == "train":
         args = args[1:]
+    algo = "ppo"
+    for i, arg in enumerate(args):
+        if arg == "--algo" and i + 1 < len(args):
+            algo = args[i + 1]
+            del args[i : i + 2]
+            break
+        if arg.startswith("--algo="):
+            algo = arg.split("=", 1)[1]
+            del args[i]
+            break
+    if algo == "es":
+        from training.es import main as es_main
+
+        return es_main(args)
+    if algo != "ppo":
+        raise SystemExit(f"kairos train: unknown --algo {algo!r} (choose ppo or es)")
     command = tyro.cli(TrainCommand, args=args, prog="kairos train")
     run_path = train(command)
     if command.out is not None:

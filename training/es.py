@@ -1,0 +1,567 @@
+"""Train a *ranking* HPC policy with evolution strategies on the simulator's fast twin.
+
+The policy is a per-job scorer (RLScheduler's shared "kernel", A.8) used as a queue order: at each
+decision the service scores every pending job once from the decision's first view and walks the
+jobs by descending score with its own backfilling (``decision_mode: rank``, ADR 0065).  That is
+exactly what :mod:`sim.kairos_fast` replays, at heuristic speed, so the objective can be the
+metric itself: the average bounded slowdown of whole 1024-job windows, relative to the best
+heuristic on the same windows.  Evolution strategies (Salimans et al. 2017, OpenAI-ES: antithetic
+Gaussian perturbations, centred-rank fitness shaping, Adam) optimise it without gradients through
+the simulator; every candidate is judged on the same windows (common random numbers).
+
+Network (per job row of ``obs[B, N, F]``, F = the encoder's 13 features)::
+
+    score = w3 . tanh(W2 tanh(W1 x + b1) + b2) + b3 + v . x
+
+The linear skip ``v`` starts as SJF (``-walltime``), the MLP's output layer at zero, so the first
+candidate is SJF and the search moves away from it only where the windows say so.
+
+Training windows are disjoint from the evaluation windows (``training.ppo.TrainingData``: the
+paper's seed-1 protocol over the whole trace and over the first 10,000 jobs are excluded).
+Checkpoint selection uses fixed validation windows drawn from the training ranges.
+
+    kairos train --algo es --backfill easy --trace data/lublin_256.swf.gz ... \\
+        --out models/hpc-rank/1 --time-budget-s 1500
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES, LogitsArray
+from app.domain.heuristics import get_heuristic
+from app.domain.policy import StepView
+from app.domain.types import Backfill, PolicyRef
+from sim.kairos import workload_from_trace
+from sim.kairos_fast import simulate_workload_fast
+from sim.metrics import avg_bounded_slowdown
+from sim.rlscheduler import simulate_sequence
+from sim.traces.swf import SwfTrace, load_swf
+from training.ppo import complement, evaluation_windows, merge_ranges, training_starts
+
+FloatArray = npt.NDArray[np.float32]
+HEURISTICS: tuple[str, ...] = ("fcfs", "sjf", "wfp3", "unicep", "f1")
+MASKED_LOGIT = -1.0e9
+OPSET = 17
+WALLTIME = 1  # column of the walltime feature (encoding.FEATURE_NAMES)
+
+
+@dataclass
+class EsArgs:
+    exp_name: str = "hpc-rank"
+    """name of this experiment (the run folder is ``<run_dir>/<exp_name>__s<seed>__<time>``)"""
+    seed: int = 0
+    """seed of the parameter initialisation, the perturbations and the window sampler"""
+    trace: tuple[str, ...] = ("data/lublin_256.swf.gz", "data/lublin_256_new2.swf.gz")
+    """SWF traces to train on; every generation draws ``windows_per_trace`` windows of each"""
+    backfill: Literal["easy", "none"] = "easy"
+    """backfilling of the simulated cluster (train one model per mode)"""
+    semantics: Literal["kairos", "rlscheduler"] = "kairos"
+    """simulator: the service's decision code (``sim.kairos_fast``, the default) or RLScheduler's
+    (``sim.rlscheduler``: the model picks each job there, for the paper's comparison)"""
+    episode_length: int = 1024
+    """jobs per training window (the evaluation protocol's length)"""
+    eval_seed: int = 1
+    """seed of the evaluation protocol whose windows are excluded from training"""
+    eval_sequences: int = 10
+    """number of evaluation windows excluded from training"""
+    eval_slices: tuple[int, ...] = (0, 10_000)
+    """exclude the protocol's windows drawn over the first K jobs for each K (0: all jobs)"""
+
+    hidden: tuple[int, int] = (16, 16)
+    """hidden sizes of the scorer"""
+    pairs: int = 12
+    """antithetic pairs per generation (population = 2 x pairs)"""
+    windows_per_trace: int = 2
+    """training windows per trace per generation (shared by the whole population)"""
+    sigma: float = 0.05
+    """perturbation scale"""
+    learning_rate: float = 0.03
+    """Adam step size on the parameters"""
+    weight_decay: float = 0.001
+    """L2 pull towards zero of the MLP weights (not of the linear skip)"""
+    generations: int = 60
+    """upper bound on generations"""
+    time_budget_s: float = 0.0
+    """stop after this many wall-clock seconds (0: no limit)"""
+    workers: int = 2
+    """simulator processes"""
+
+    val_windows_per_trace: int = 4
+    """fixed validation windows per trace (from the training ranges) for checkpoint selection"""
+    val_every: int = 5
+    """validate the mean parameters every this many generations"""
+    run_dir: str = "runs"
+    """where run folders go"""
+    progress: bool = False
+    """print one line per generation"""
+
+    out: str | None = None
+    """export the best parameters here (``policy.onnx`` + ``card.json``)"""
+    name: str = "hpc-rank"
+    """policy name in the card and the ONNX metadata"""
+    version: str = "1"
+    """policy version in the card and the ONNX metadata"""
+
+    started: float = field(default=0.0, init=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# the scorer
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shapes:
+    features: int
+    hidden: tuple[int, int]
+
+    @property
+    def sizes(self) -> list[tuple[str, tuple[int, ...]]]:
+        f, (h1, h2) = self.features, self.hidden
+        return [
+            ("w1", (f, h1)),
+            ("b1", (h1,)),
+            ("w2", (h1, h2)),
+            ("b2", (h2,)),
+            ("w3", (h2, 1)),
+            ("b3", (1,)),
+            ("v", (f, 1)),
+        ]
+
+    @property
+    def size(self) -> int:
+        return sum(math.prod(shape) for _, shape in self.sizes)
+
+    def unpack(self, theta: npt.NDArray[np.float64]) -> dict[str, FloatArray]:
+        out: dict[str, FloatArray] = {}
+        offset = 0
+        for name, shape in self.sizes:
+            n = math.prod(shape)
+            out[name] = theta[offset : offset + n].reshape(shape).astype(np.float32)
+            offset += n
+        return out
+
+    def decayed(self) -> npt.NDArray[np.bool_]:
+        """Which parameters weight decay applies to (the MLP's, not the linear skip)."""
+        flags = [np.full(math.prod(s), name != "v", dtype=np.bool_) for name, s in self.sizes]
+        return np.concatenate(flags)
+
+
+def initial_theta(shapes: Shapes, seed: int) -> npt.NDArray[np.float64]:
+    """SJF through the skip (``v = -e_walltime``), a random hidden MLP with a zero output layer."""
+    rng = np.random.default_rng(seed)
+    parts: list[npt.NDArray[np.float64]] = []
+    for name, shape in shapes.sizes:
+        if name in ("w1", "w2"):
+            parts.append(rng.normal(0.0, 1.0 / math.sqrt(shape[0]), size=shape).ravel())
+        elif name == "v":
+            v = np.zeros(shape)
+            v[WALLTIME, 0] = -1.0
+            parts.append(v.ravel())
+        else:
+            parts.append(np.zeros(math.prod(shape)))
+    return np.concatenate(parts)
+
+
+class NumpyRanker:
+    """The scorer in numpy (float32, the exported graph's operations) for the fast twin."""
+
+    def __init__(self, shapes: Shapes, theta: npt.NDArray[np.float64], name: str = "es") -> None:
+        self.p = shapes.unpack(theta)
+        self._ref = PolicyRef(name=name, version="0", kind="onnx")
+
+    @property
+    def ref(self) -> PolicyRef:
+        return self._ref
+
+    def rank(self, view: StepView) -> list[int]:  # pragma: no cover - the twin calls score()
+        raise NotImplementedError("NumpyRanker runs in the simulator twin only")
+
+    def score(self, obs: FloatArray, mask: npt.NDArray[np.bool_]) -> LogitsArray:
+        p = self.p
+        h = np.tanh(obs @ p["w1"] + p["b1"])
+        h = np.tanh(h @ p["w2"] + p["b2"])
+        s = (h @ p["w3"] + p["b3"]) + obs @ p["v"]
+        return np.where(mask, s[..., 0], np.float32(MASKED_LOGIT)).astype(np.float32)
+
+
+def build_onnx(shapes: Shapes, theta: npt.NDArray[np.float64], metadata: dict[str, str]) -> bytes:
+    """The scorer as an ONNX graph with the encoder's contract (dynamic ``B`` and ``N``)."""
+    p = shapes.unpack(theta)
+    init = [numpy_helper.from_array(value, key) for key, value in p.items()]
+    init += [
+        numpy_helper.from_array(np.array([-1], dtype=np.int64), "last_axis"),
+        numpy_helper.from_array(np.array(MASKED_LOGIT, dtype=np.float32), "masked"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["obs", "w1"], ["a1"]),
+        helper.make_node("Add", ["a1", "b1"], ["z1"]),
+        helper.make_node("Tanh", ["z1"], ["h1"]),
+        helper.make_node("MatMul", ["h1", "w2"], ["a2"]),
+        helper.make_node("Add", ["a2", "b2"], ["z2"]),
+        helper.make_node("Tanh", ["z2"], ["h2"]),
+        helper.make_node("MatMul", ["h2", "w3"], ["a3"]),
+        helper.make_node("Add", ["a3", "b3"], ["z3"]),
+        helper.make_node("MatMul", ["obs", "v"], ["skip"]),
+        helper.make_node("Add", ["z3", "skip"], ["s3"]),
+        helper.make_node("Squeeze", ["s3", "last_axis"], ["raw"]),
+        helper.make_node("Where", ["action_mask", "raw", "masked"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "hpc_rank_kernel",
+        [
+            helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["B", "N", shapes.features]),
+            helper.make_tensor_value_info("action_mask", TensorProto.BOOL, ["B", "N"]),
+        ],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", "N"])],
+        initializer=init,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="kairos-training-es"
+    )
+    model.ir_version = 8
+    helper.set_model_props(model, {"feature_schema_version": FEATURE_SCHEMA_VERSION, **metadata})
+    onnx.checker.check_model(model, full_check=True)
+    return bytes(model.SerializeToString())
+
+
+# ----------------------------------------------------------------------------------------------
+# windows and the simulator pool
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Windows:
+    """Allowed training starts per trace (disjoint from the evaluation windows)."""
+
+    paths: list[str]
+    n_jobs: list[int]
+    excluded: list[list[tuple[int, int]]]
+    starts: list[npt.NDArray[np.int64]]
+
+    @classmethod
+    def load(cls, args: EsArgs) -> Windows:
+        n_jobs, excluded, starts = [], [], []
+        for path in args.trace:
+            n = load_swf(path).n_jobs
+            wins = {
+                w
+                for k in args.eval_slices
+                for w in evaluation_windows(
+                    min(k, n) if k > 0 else n, args.eval_seed, args.eval_sequences, 1024
+                )
+            }
+            ranges = merge_ranges([(w, w + 1024) for w in wins])
+            allowed = training_starts(n, args.episode_length, ranges)
+            if len(allowed) == 0:
+                raise ValueError(f"{path}: no training window is disjoint from the evaluation")
+            n_jobs.append(n)
+            excluded.append(ranges)
+            starts.append(allowed)
+        return cls(list(args.trace), n_jobs, excluded, starts)
+
+    def sample(self, rng: np.random.Generator, per_trace: int) -> list[tuple[int, int]]:
+        return [
+            (k, int(rng.choice(s))) for k, s in enumerate(self.starts) for _ in range(per_trace)
+        ]
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "trace": path,
+                "jobs": n,
+                "excluded_job_ranges": [list(r) for r in ranges],
+                "training_job_ranges": [list(r) for r in complement(ranges, n)],
+                "window_starts": len(starts),
+            }
+            for path, n, ranges, starts in zip(
+                self.paths, self.n_jobs, self.excluded, self.starts, strict=True
+            )
+        ]
+
+
+_traces: list[SwfTrace] = []
+_shapes: Shapes | None = None
+
+
+def _init_worker(paths: Sequence[str], shapes: Shapes) -> None:
+    global _traces, _shapes
+    _traces = [load_swf(p) for p in paths]
+    _shapes = shapes
+
+
+#: (heuristic name or parameters, trace index, start, length, "backfill/semantics")
+Task = tuple[npt.NDArray[np.float64] | str, int, int, int, str]
+
+
+def _bsld(task: Task) -> float:
+    policy_spec, trace, start, length, mode = task
+    backfill, semantics = mode.split("/")
+    assert _shapes is not None
+    ranker = None if isinstance(policy_spec, str) else NumpyRanker(_shapes, policy_spec)
+    if semantics == "rlscheduler":
+        res = simulate_sequence(
+            _traces[trace], start, length, ranker or str(policy_spec), backfill=backfill == "easy"
+        )
+        return avg_bounded_slowdown(res)
+    policy: Any = ranker if ranker is not None else get_heuristic(str(policy_spec))
+    workload = workload_from_trace(_traces[trace], start, length)
+    return avg_bounded_slowdown(simulate_workload_fast(workload, policy, Backfill(backfill)))
+
+
+class Evaluator:
+    """Runs simulations in a process pool (or inline with one worker)."""
+
+    def __init__(self, args: EsArgs, shapes: Shapes) -> None:
+        self.args = args
+        self.pool: Any = None
+        if args.workers > 1:
+            ctx = mp.get_context("fork" if sys.platform == "linux" else "spawn")
+            self.pool = ctx.Pool(args.workers, _init_worker, (list(args.trace), shapes))
+        else:
+            _init_worker(list(args.trace), shapes)
+
+    def run(self, tasks: list[Task]) -> list[float]:
+        if self.pool is None:
+            return [_bsld(t) for t in tasks]
+        chunk = max(1, len(tasks) // (4 * self.args.workers))
+        return list(self.pool.map(_bsld, tasks, chunksize=chunk))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+
+
+def relative_cost(
+    values: Sequence[float], reference: Sequence[float], traces: Sequence[int]
+) -> float:
+    """Mean over traces of ``log(sum of the candidate's bsld / sum of the reference's)``.
+
+    Summing per trace matches the protocol's mean over windows (heavy windows weigh more);
+    the log ratio puts every trace on the same scale.
+    """
+    out = []
+    for k in sorted(set(traces)):
+        idx = [i for i, t in enumerate(traces) if t == k]
+        out.append(math.log(sum(values[i] for i in idx) / sum(reference[i] for i in idx)))
+    return float(np.mean(out))
+
+
+def best_reference(
+    evaluator: Evaluator, windows: list[tuple[int, int]], length: int, mode: str
+) -> tuple[list[float], dict[int, str]]:
+    """Per window, the bsld of the heuristic that is best on its trace (over these windows)."""
+    tasks: list[Task] = [(h, k, s, length, mode) for h in HEURISTICS for k, s in windows]
+    values = evaluator.run(tasks)
+    per = {h: values[i * len(windows) : (i + 1) * len(windows)] for i, h in enumerate(HEURISTICS)}
+    ref = [0.0] * len(windows)
+    best: dict[int, str] = {}
+    for k in sorted({k for k, _ in windows}):
+        idx = [i for i, (t, _) in enumerate(windows) if t == k]
+        name = min(HEURISTICS, key=lambda h: sum(per[h][i] for i in idx))
+        best[k] = name
+        for i in idx:
+            ref[i] = per[name][i]
+    return ref, best
+
+
+def centred_ranks(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    ranks = np.empty(len(x))
+    ranks[np.argsort(x, kind="stable")] = np.arange(len(x))
+    return ranks / (len(x) - 1) - 0.5
+
+
+def es_gradient(
+    eps: npt.NDArray[np.float64], costs: npt.NDArray[np.float64], sigma: float
+) -> npt.NDArray[np.float64]:
+    """OpenAI-ES estimate of the cost's gradient from antithetic pairs.
+
+    ``costs`` holds the ``+eps`` candidates first, then the ``-eps`` ones; fitness shaping by
+    centred ranks makes the step invariant to the cost's scale and robust to outliers.
+    """
+    pairs = len(eps)
+    shaped = centred_ranks(costs)
+    weights = shaped[:pairs] - shaped[pairs:]
+    return np.asarray((weights @ eps) / (2 * pairs * sigma), dtype=np.float64)
+
+
+# ----------------------------------------------------------------------------------------------
+# training
+# ----------------------------------------------------------------------------------------------
+
+
+def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
+    """Run ES; returns the run folder (``best.npz`` + ``meta.json``) and the metadata."""
+    args.started = time.time()
+    shapes = Shapes(NUM_FEATURES, args.hidden)
+    run_path = Path(args.run_dir) / f"{args.exp_name}__s{args.seed}__{int(args.started)}"
+    run_path.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(args.seed)
+    windows = Windows.load(args)
+    val_rng = np.random.default_rng(args.seed + 10_007)
+    val_windows = windows.sample(val_rng, args.val_windows_per_trace)
+    evaluator = Evaluator(args, shapes)
+    length, mode = args.episode_length, f"{args.backfill}/{args.semantics}"
+    theta = initial_theta(shapes, args.seed)
+    decay = shapes.decayed()
+    m = np.zeros_like(theta)
+    v = np.zeros_like(theta)
+    beta1, beta2 = 0.9, 0.999
+    history: list[dict[str, Any]] = []
+    try:
+        val_ref, val_best = best_reference(evaluator, val_windows, length, mode)
+        val_traces = [k for k, _ in val_windows]
+
+        def validate(params: npt.NDArray[np.float64]) -> tuple[float, list[float]]:
+            tasks: list[Task] = [(params, k, s, length, mode) for k, s in val_windows]
+            values = evaluator.run(tasks)
+            return relative_cost(values, val_ref, val_traces), values
+
+        best_cost, best_values = validate(theta)
+        best_theta, best_gen = theta.copy(), 0
+        _log(args, 0, {"val_cost": best_cost})
+        for gen in range(1, args.generations + 1):
+            if args.time_budget_s and time.time() - args.started > args.time_budget_s:
+                break
+            batch = windows.sample(rng, args.windows_per_trace)
+            ref, _ = best_reference(evaluator, batch, length, mode)
+            traces = [k for k, _ in batch]
+            eps = rng.standard_normal((args.pairs, theta.size))
+            candidates = [theta + args.sigma * e for e in eps]
+            candidates += [theta - args.sigma * e for e in eps]
+            tasks: list[Task] = [(c, k, s, length, mode) for c in candidates for k, s in batch]
+            values = evaluator.run(tasks)
+            w = len(batch)
+            costs = np.array(
+                [
+                    relative_cost(values[i * w : (i + 1) * w], ref, traces)
+                    for i in range(len(candidates))
+                ]
+            )
+            grad = es_gradient(eps, costs, args.sigma) + args.weight_decay * theta * decay
+            m = beta1 * m + (1 - beta1) * grad
+            v = beta2 * v + (1 - beta2) * grad * grad
+            step = m / (1 - beta1**gen) / (np.sqrt(v / (1 - beta2**gen)) + 1e-8)
+            theta = theta - args.learning_rate * step
+            row: dict[str, Any] = {
+                "population_cost_mean": float(costs.mean()),
+                "population_cost_min": float(costs.min()),
+            }
+            if gen % args.val_every == 0:
+                cost, vals = validate(theta)
+                row["val_cost"] = cost
+                if cost < best_cost:
+                    best_cost, best_values = cost, vals
+                    best_theta, best_gen = theta.copy(), gen
+                    np.savez(run_path / "best.npz", theta=best_theta)
+            history.append({"generation": gen, **row})
+            _log(args, gen, row)
+    finally:
+        evaluator.close()
+    np.savez(run_path / "best.npz", theta=best_theta)
+    per_trace = {}
+    for k in sorted(set(val_traces)):
+        idx = [i for i, t in enumerate(val_traces) if t == k]
+        per_trace[args.trace[k]] = {
+            "policy_bsld": float(np.mean([best_values[i] for i in idx])),
+            "best_heuristic": val_best[k],
+            "best_heuristic_bsld": float(np.mean([val_ref[i] for i in idx])),
+        }
+    meta: dict[str, Any] = {
+        "algorithm": "evolution strategies (OpenAI-ES: antithetic sampling, centred ranks, Adam)"
+        " on the simulator's fast twin (sim/kairos_fast.py), objective: mean over traces of"
+        " log(sum of bsld / sum of the best heuristic's bsld) on shared 1024-job windows",
+        "command": "kairos train --algo es " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else []),
+        "hyperparameters": {k: v for k, v in asdict(args).items() if k != "started"},
+        "seed": args.seed,
+        "backfill": args.backfill,
+        "semantics": args.semantics,
+        "traces": windows.describe(),
+        "validation_windows": [
+            {"trace": args.trace[k], "start": s, "length": length} for k, s in val_windows
+        ],
+        "validation": per_trace,
+        "validation_cost": best_cost,
+        "best_generation": best_gen,
+        "generations_run": len(history),
+        "training_time_s": round(time.time() - args.started, 1),
+        "cpu_count": os.cpu_count(),
+        "history": history,
+    }
+    (run_path / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return run_path, meta
+
+
+def _log(args: EsArgs, gen: int, row: dict[str, Any]) -> None:
+    if args.progress:
+        elapsed = time.time() - args.started
+        text = " ".join(f"{k}={v:.4f}" for k, v in row.items())
+        print(f"gen {gen:4d} t={elapsed:7.1f}s {text}", flush=True)
+
+
+def export(args: EsArgs, run_path: Path, meta: dict[str, Any], out: Path) -> Path:
+    """Write ``policy.onnx`` + ``card.json`` (``decision_mode: rank``) from ``best.npz``."""
+    shapes = Shapes(NUM_FEATURES, args.hidden)
+    theta = np.load(run_path / "best.npz")["theta"]
+    out.mkdir(parents=True, exist_ok=True)
+    model = build_onnx(shapes, theta, {"name": args.name, "version": args.version})
+    (out / "policy.onnx").write_bytes(model)
+    card = {
+        "name": args.name,
+        "version": args.version,
+        "domain": "hpc",
+        "kind": "onnx",
+        "decision_mode": "rank",
+        "feature_schema_version": FEATURE_SCHEMA_VERSION,
+        "inputs": [
+            {"name": "obs", "dtype": "float32", "shape": ["B", "N", NUM_FEATURES]},
+            {"name": "action_mask", "dtype": "bool", "shape": ["B", "N"]},
+        ],
+        "outputs": [{"name": "logits", "dtype": "float32", "shape": ["B", "N"]}],
+        "opset": OPSET,
+        "architecture": {
+            "score": "w3 . tanh(W2 tanh(W1 x + b1) + b2) + b3 + v . x, per job row",
+            "hidden": list(args.hidden),
+            "parameters": shapes.size,
+        },
+        "training": {k: v for k, v in meta.items() if k != "history"},
+        "seeds": {"training": args.seed, "evaluation_protocol": args.eval_seed},
+        "metrics": {"validation": meta["validation"]},
+    }
+    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return out / "policy.onnx"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import tyro
+
+    args = tyro.cli(
+        EsArgs, args=list(argv) if argv is not None else None, prog="kairos train --algo es"
+    )
+    run_path, meta = train(args)
+    print(f"run folder {run_path}")
+    print(json.dumps(meta["validation"], indent=2))
+    if args.out is not None:
+        print(f"exported {export(args, run_path, meta, Path(args.out))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
