@@ -47,3 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[command][0])
     entry = cast(Callable[[list[str]], int], module.main)
     return entry([command, *rest])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -538,6 +538,7 @@ def export(args: EsArgs, run_path: Path, meta: dict[str, Any], out: Path) -> Pat
         "opset": OPSET,
         "architecture": {
             "score": "w3 . tanh(W2 tanh(W1 x + b1) + b2) + b3 + v . x, per job row",
+            "features": shapes.features,
             "hidden": list(args.hidden),
             "parameters": shapes.size,
         },
