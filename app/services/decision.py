@@ -119,6 +119,13 @@ def split_policy(name: str) -> tuple[str, str | None]:
     return base.strip().lower(), (version or None)
 
 
+def _names_heuristic(name: str) -> bool:
+    """``name`` is a heuristic (``f1``, ``F1@1``): the per-request check, without listing every
+    policy (:meth:`DecisionService.get_policy`)."""
+    base, version = split_policy(name)
+    return base in HEURISTIC_CLASSES and (version is None or version == HEURISTIC_VERSION)
+
+
 def check_decision(state: ClusterState, decision: Decision) -> list[str]:
     """Invariant violations of ``decision`` on ``state`` (empty when safe to apply)."""
     problems: list[str] = []
@@ -252,9 +259,11 @@ class DecisionService:
         return info
 
     def knows(self, name: str) -> bool:
-        return self.get_policy(name) is not None
+        return _names_heuristic(name) or self.get_policy(name) is not None
 
     def is_heuristic(self, name: str) -> bool:
+        if _names_heuristic(name):  # a heuristic name always decides as the heuristic
+            return True
         info = self.get_policy(name)
         return info is not None and info.kind == "heuristic"
 

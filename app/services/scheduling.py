@@ -45,7 +45,6 @@ from app.services.clusters import require_cluster
 from app.services.context import Ctx
 from app.services.convert import (
     add,
-    clean,
     decision_read,
     finite_json,
     job_from_spec,
@@ -73,13 +72,17 @@ def new_request_id() -> str:
 
 
 def snapshot_json(state: ClusterState, spec: DecisionSpec) -> dict[str, Any]:
-    """The decision's input, in ``/v1/decide`` request shape (so it can be replayed)."""
+    """The decision's input, in ``/v1/decide`` request shape (so it can be replayed).
 
-    def job_json(job: Any) -> dict[str, Any]:
+    Resource amounts in a snapshot are floats already (validated bodies, cleaned records),
+    so mappings are copied as they are.
+    """
+
+    def job_json(job: Job) -> dict[str, Any]:
         return {
             "id": job.id,
             "tasks": job.tasks,
-            "per_task": clean(job.per_task),
+            "per_task": dict(job.per_task),
             "walltime_s": job.walltime_s,
             "submit_time": job.submit_time,
             "priority": job.priority,
@@ -94,8 +97,8 @@ def snapshot_json(state: ClusterState, spec: DecisionSpec) -> dict[str, Any]:
         "nodes": [
             {
                 "id": n.id,
-                "capacity": clean(n.capacity),
-                "allocated": clean(n.allocated),
+                "capacity": dict(n.capacity),
+                "allocated": dict(n.allocated),
                 "state": n.state.value,
                 "labels": dict(n.labels),
             }
@@ -293,15 +296,18 @@ async def schedule_cluster(
 
 
 def state_from_request(body: DecideRequest) -> ClusterState:
+    """The snapshot of a validated body. Its numbers are already ``float``/``int`` and nothing
+    mutates a snapshot, so the body's mappings are used as they are (no per-item copies)."""
+    now = body.now
     return ClusterState(
-        now=body.now,
+        now=now,
         nodes=tuple(
             Node(
                 id=n.id,
-                capacity=clean(n.capacity),
-                allocated=clean(n.allocated),
+                capacity=n.capacity,
+                allocated=n.allocated,
                 state=NodeState(n.state),
-                labels=dict(n.labels),
+                labels=n.labels,
             )
             for n in body.nodes
         ),
@@ -313,7 +319,7 @@ def state_from_request(body: DecideRequest) -> ClusterState:
             )
             for r in body.running
         ),
-        pending=tuple(_job(j, body.now) for j in body.pending),
+        pending=tuple(_job(j, now) for j in body.pending),
         finished=frozenset(body.finished),
     )
 
@@ -322,15 +328,15 @@ def _job(spec: JobSpec, default_submit: float) -> Job:
     """``job_from_spec`` straight from the validated model (no ``model_dump`` per job)."""
     return Job(
         id=spec.id,
-        per_task=clean(spec.per_task),
-        walltime_s=float(spec.walltime_s),
-        submit_time=float(default_submit if spec.submit_time is None else spec.submit_time),
-        tasks=int(spec.tasks),
-        priority=int(spec.priority),
+        per_task=spec.per_task,
+        walltime_s=spec.walltime_s,
+        submit_time=default_submit if spec.submit_time is None else spec.submit_time,
+        tasks=spec.tasks,
+        priority=spec.priority,
         user=spec.user,
         queue=spec.queue,
         depends_on=tuple(spec.depends_on),
-        labels=dict(spec.labels),
+        labels=spec.labels,
     )
 
 
