@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -14,8 +16,21 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 SQLITE_BEGIN_IMMEDIATE = "kairos_begin_immediate"
 
 
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
 class UnsupportedDatabaseError(ValueError):
     pass
+
+
+def json_dumps(value: Any) -> str:
+    """How JSON columns are written: orjson (a decision's input snapshot, ~13 kB for 64 jobs,
+    in a tenth of ``json.dumps``' time); what orjson refuses (ints beyond 64 bits, unknown
+    types) goes through ``json.dumps`` as before. Reading stays ``json.loads``."""
+    try:
+        return orjson.dumps(value, option=_ORJSON_OPTIONS).decode()
+    except TypeError:
+        return json.dumps(value)
 
 
 def async_url(url: str) -> URL:
@@ -47,7 +62,10 @@ def make_engine(
     target = async_url(url)
     if target.get_backend_name() == "sqlite":
         engine = create_async_engine(
-            target, connect_args={"timeout": sqlite_busy_timeout_s}, pool_pre_ping=False
+            target,
+            connect_args={"timeout": sqlite_busy_timeout_s},
+            pool_pre_ping=False,
+            json_serializer=json_dumps,
         )
         _configure_sqlite(engine.sync_engine, busy_timeout_ms=int(sqlite_busy_timeout_s * 1000))
         return engine
@@ -57,6 +75,7 @@ def make_engine(
         max_overflow=max_overflow,
         pool_pre_ping=True,
         pool_recycle=1800,
+        json_serializer=json_dumps,
     )
 
 
@@ -75,6 +94,7 @@ def sqlite_file_twin(engine: AsyncEngine, *, busy_timeout_s: float = 30.0) -> En
         engine.url.set(drivername="sqlite+pysqlite"),
         connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
         pool_pre_ping=False,
+        json_serializer=json_dumps,
     )
     _configure_sqlite(sync, busy_timeout_ms=int(busy_timeout_s * 1000))
     return sync
