@@ -6,12 +6,15 @@ same batch."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import uuid
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, select
 
+from app.db import decision_writer
 from app.db.decision_writer import DecisionWriter, DuplicateRequestError
 from app.db.orm import DecisionRecord
 from app.db.session import Database
@@ -106,3 +109,55 @@ async def test_a_duplicate_inside_one_batch_fails_alone(
     assert results[2] is None
     assert await _count(app, [rid]) == 1
     assert await _count(app, [other]) == 1
+
+
+async def test_sqlite_decisions_wait_in_the_thread_while_another_process_writes(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """On a SQLite file the batch is written on the event loop by a connection that never
+    waits (ADR 0055); when another connection holds the write lock, the batch is written by the
+    writer's thread once the lock is free, and still answered only after its commit."""
+    database: Database = app.state.database
+    if not database.is_sqlite:
+        pytest.skip("SQLite only")
+    path = database.engine.url.database
+    assert path is not None
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        ids = [f"req-{uuid.uuid4().hex}" for _ in range(3)]
+        posts = [
+            asyncio.ensure_future(
+                client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": i})
+            )
+            for i in ids
+        ]
+        await asyncio.sleep(0.3)
+        assert not any(p.done() for p in posts)  # not answered while not stored
+        other.execute("COMMIT")
+        responses = await asyncio.gather(*posts)
+    finally:
+        other.close()
+    assert [r.status_code for r in responses] == [200] * 3, responses[0].text
+    assert await _count(app, ids) == 3
+
+
+async def test_sqlite_writer_checkpoints_the_wal_in_its_thread(
+    app: FastAPI, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event-loop connection never checkpoints; the writer's thread does, every
+    ``CHECKPOINT_BYTES`` written, and the rows stay readable."""
+    database: Database = app.state.database
+    if not database.is_sqlite:
+        pytest.skip("SQLite only")
+    monkeypatch.setattr(decision_writer, "CHECKPOINT_BYTES", 1)
+    writer: DecisionWriter = app.state.decision_writer
+    ids = [f"req-{uuid.uuid4().hex}" for _ in range(5)]
+    for rid in ids:
+        await writer.add(_record(rid))
+    for _ in range(50):  # the checkpoint runs in the background
+        if writer._checkpointing is None:
+            break
+        await asyncio.sleep(0.02)
+    assert writer._checkpointing is None
+    assert await _count(app, ids) == len(ids)
