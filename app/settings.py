@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     DEFAULT_DEADLINE_MS: float = Field(default=50.0, gt=0)
     BATCH_MAX_SIZE: int = Field(default=32, ge=1)
     BATCH_MAX_WAIT_MS: float = Field(default=2.0, ge=0)
+    #: Wait BATCH_MAX_WAIT_MS for batch-mates only once batches hold several requests (ADR 0045).
+    BATCH_ADAPTIVE_WAIT: bool = True
     #: Trained policy artifacts: ``<MODELS_DIR>/<name>/<version>/policy.onnx`` + ``card.json``.
     MODELS_DIR: str = "models"
     #: Decision pipeline (ADRs 0040-0043): onnxruntime threads per session, in-process batches

@@ -5,6 +5,12 @@ worker feeds it from the request stream.  A batch closes when it holds ``max_bat
 ``max_wait_ms`` has passed since its first item arrived; the handler then runs in a thread
 (``asyncio.to_thread`` or a given executor), never on the event loop.
 
+With ``adaptive_wait`` (the service's default, ADR 0045) the wait is only spent under load: when
+the previous batch held a single item, a new batch closes as soon as the queue is drained, so a
+lone caller never pays ``max_wait_ms``; requests that arrive while a batch is being handled still
+queue up and form the next batch (natural batching), and once batches hold several items the
+batcher waits again to fill them.
+
 The handler gets the batch's items and returns one result per item, in order.  If it raises,
 every item of that batch gets the exception (handlers that must isolate items, like
 :func:`app.policy.selector.decide_many`, catch per item themselves).
@@ -49,6 +55,7 @@ class MicroBatcher(Generic[T, R]):
         executor: Executor | None = None,
         on_batch: BatchObserver | None = None,
         concurrency: int = 1,
+        adaptive_wait: bool = False,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
@@ -62,6 +69,8 @@ class MicroBatcher(Generic[T, R]):
         self._executor = executor
         self._on_batch = on_batch
         self._concurrency = concurrency
+        self.adaptive_wait = adaptive_wait
+        self._last_size = 0
         self._queue: asyncio.Queue[_Pending[T, R]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
@@ -117,6 +126,8 @@ class MicroBatcher(Generic[T, R]):
                 batch.append(queue.get_nowait())
             if len(batch) >= self.max_batch:
                 break
+            if self.adaptive_wait and self._last_size <= 1 and len(batch) == 1:
+                break  # no sign of concurrent callers: do not make a lone one wait
             remaining = closes_at - time.monotonic()
             if remaining <= 0:
                 break
@@ -124,6 +135,7 @@ class MicroBatcher(Generic[T, R]):
                 batch.append(await asyncio.wait_for(queue.get(), remaining))
             except TimeoutError:
                 break
+        self._last_size = len(batch)
         return batch
 
     async def _handle(self, live: list[_Pending[T, R]]) -> None:

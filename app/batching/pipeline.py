@@ -49,6 +49,8 @@ QueueHealth = Literal["ok", "degraded", "down"]
 class PipelineOptions:
     max_batch: int = 32
     max_wait_ms: float = 2.0
+    #: spend max_wait_ms only when the previous batch held several requests (ADR 0045)
+    adaptive_wait: bool = True
     #: concurrent in-process batches (each runs in its own thread)
     concurrency: int = 1
     redis_url: str | None = None
@@ -84,6 +86,7 @@ class DecisionPipeline:
             executor=self._executor,
             on_batch=self._observe_local_batch,
             concurrency=options.concurrency,
+            adaptive_wait=options.adaptive_wait,
         )
         self.queue: RedisQueue | None = None
         if options.redis_url:
@@ -231,6 +234,7 @@ def pipeline_from_settings(
     options = PipelineOptions(
         max_batch=settings.BATCH_MAX_SIZE,
         max_wait_ms=settings.BATCH_MAX_WAIT_MS,
+        adaptive_wait=settings.BATCH_ADAPTIVE_WAIT,
         concurrency=settings.BATCH_CONCURRENCY,
         redis_url=settings.REDIS_URL,
         redis_prefix=settings.REDIS_PREFIX,

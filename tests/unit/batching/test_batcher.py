@@ -77,3 +77,33 @@ def test_arguments_are_checked() -> None:
         MicroBatcher(Recorder(), max_batch=0, max_wait_ms=1)
     with pytest.raises(ValueError, match="max_wait_ms"):
         MicroBatcher(Recorder(), max_batch=1, max_wait_ms=-1)
+
+
+async def test_adaptive_wait_spares_a_lone_caller_and_waits_under_load() -> None:
+    recorder = Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        recorder, max_batch=64, max_wait_ms=200, adaptive_wait=True
+    )
+    batcher.start()
+    loop = asyncio.get_running_loop()
+    try:
+        started = loop.time()
+        assert await batcher.submit(1) == 10
+        assert await batcher.submit(2) == 20
+        lone = loop.time() - started
+        # concurrent callers: the first batch takes what is queued, and from then on (the last
+        # batch held several) a batch waits for late-comers
+        first = await asyncio.gather(*(batcher.submit(i) for i in range(3, 6)))
+        assert first == [30, 40, 50]
+
+        async def late(i: int, delay: float) -> int:
+            await asyncio.sleep(delay)
+            return await batcher.submit(i)
+
+        late_results = await asyncio.gather(late(6, 0.0), late(7, 0.05))
+        assert late_results == [60, 70]
+    finally:
+        await batcher.stop()
+    assert lone < 0.15  # two lone requests, far less than one max_wait each
+    assert recorder.batches[:3] == [[1], [2], [3, 4, 5]]
+    assert recorder.batches[3] == [6, 7]  # the batch waited for the late-comer
