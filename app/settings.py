@@ -49,11 +49,10 @@ class Settings(BaseSettings):
     REDIS_PREFIX: str = "kairos"
     REDIS_CLAIM_IDLE_MS: int = Field(default=5_000, ge=1)
     REDIS_REPLY_TTL_S: int = Field(default=60, ge=1)
-    #: Defaults for clusters (and ``/v1/decide`` calls) that do not name their own. The shipped
-    #: learned policy was trained with EASY backfilling and loses to F1 without it
-    #: (docs/results.md), so clusters without backfilling default to DEFAULT_POLICY_NO_BACKFILL.
+    #: Defaults for clusters (and ``/v1/decide`` calls) that do not name their own: one learned
+    #: policy per backfilling mode, each trained in that mode (ADR 0003, docs/results.md).
     DEFAULT_POLICY: str = "hpc-kernel"
-    DEFAULT_POLICY_NO_BACKFILL: str = "f1"
+    DEFAULT_POLICY_NO_BACKFILL: str = "hpc-kernel-none"
     DEFAULT_FALLBACK: str = "f1"
     DEFAULT_BACKFILL: Literal["easy", "none"] = "easy"
     DEFAULT_PLACEMENT: Literal["first_fit", "best_fit", "tetris"] = "first_fit"

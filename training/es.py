@@ -94,6 +94,10 @@ class EsArgs:
     """Adam step size on the parameters"""
     weight_decay: float = 0.001
     """L2 pull towards zero of the MLP weights (not of the linear skip)"""
+    worst_weight: float = 0.0
+    """cost = (1 - w) * mean over traces + w * worst trace (w > 0 keeps every trace improving)"""
+    init_params: str | None = None
+    """start from this ``best.npz`` (same hidden sizes) instead of SJF"""
     generations: int = 60
     """upper bound on generations"""
     time_budget_s: float = 0.0
@@ -350,18 +354,23 @@ class Evaluator:
 
 
 def relative_cost(
-    values: Sequence[float], reference: Sequence[float], traces: Sequence[int]
+    values: Sequence[float],
+    reference: Sequence[float],
+    traces: Sequence[int],
+    worst_weight: float = 0.0,
 ) -> float:
-    """Mean over traces of ``log(sum of the candidate's bsld / sum of the reference's)``.
+    """``(1 - w) * mean + w * max`` over traces of ``log(sum of the candidate's bsld / sum of
+    the reference's)``.
 
     Summing per trace matches the protocol's mean over windows (heavy windows weigh more);
-    the log ratio puts every trace on the same scale.
+    the log ratio puts every trace on the same scale; ``worst_weight`` w > 0 stops one trace's
+    gain from paying for another's loss.
     """
     out = []
     for k in sorted(set(traces)):
         idx = [i for i, t in enumerate(traces) if t == k]
         out.append(math.log(sum(values[i] for i in idx) / sum(reference[i] for i in idx)))
-    return float(np.mean(out))
+    return float((1.0 - worst_weight) * np.mean(out) + worst_weight * np.max(out))
 
 
 def best_reference(
@@ -420,6 +429,10 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
     evaluator = Evaluator(args, shapes)
     length, mode = args.episode_length, f"{args.backfill}/{args.semantics}"
     theta = initial_theta(shapes, args.seed)
+    if args.init_params is not None:
+        theta = np.load(args.init_params)["theta"].astype(np.float64)
+        if theta.shape != (shapes.size,):
+            raise ValueError(f"{args.init_params}: {theta.shape}, expected ({shapes.size},)")
     decay = shapes.decayed()
     m = np.zeros_like(theta)
     v = np.zeros_like(theta)
@@ -432,7 +445,7 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
         def validate(params: npt.NDArray[np.float64]) -> tuple[float, list[float]]:
             tasks: list[Task] = [(params, k, s, length, mode) for k, s in val_windows]
             values = evaluator.run(tasks)
-            return relative_cost(values, val_ref, val_traces), values
+            return relative_cost(values, val_ref, val_traces, args.worst_weight), values
 
         best_cost, best_values = validate(theta)
         best_theta, best_gen = theta.copy(), 0
@@ -451,7 +464,7 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
             w = len(batch)
             costs = np.array(
                 [
-                    relative_cost(values[i * w : (i + 1) * w], ref, traces)
+                    relative_cost(values[i * w : (i + 1) * w], ref, traces, args.worst_weight)
                     for i in range(len(candidates))
                 ]
             )
@@ -488,7 +501,7 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
         "algorithm": "evolution strategies (OpenAI-ES: antithetic sampling, centred ranks, Adam)"
         " on the simulator's fast twin (sim/kairos_fast.py), objective: mean over traces of"
         " log(sum of bsld / sum of the best heuristic's bsld) on shared 1024-job windows",
-        "command": "kairos train --algo es " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else []),
+        "command": reproduce_command(args),
         "hyperparameters": {k: v for k, v in asdict(args).items() if k != "started"},
         "seed": args.seed,
         "backfill": args.backfill,
@@ -507,6 +520,21 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
     }
     (run_path / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return run_path, meta
+
+
+def reproduce_command(args: EsArgs) -> str:
+    """The ``kairos train --algo es`` command line that repeats this run (output flags aside)."""
+    skip = {"started", "run_dir", "progress", "out", "name", "version", "exp_name"}
+    parts = ["kairos train --algo es"]
+    for key, value in asdict(args).items():
+        if key in skip:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, (tuple, list)):
+            parts.append(f"{flag} {' '.join(str(v) for v in value)}")
+        else:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts)
 
 
 def _log(args: EsArgs, gen: int, row: dict[str, Any]) -> None:
