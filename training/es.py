@@ -527,7 +527,7 @@ def reproduce_command(args: EsArgs) -> str:
     skip = {"started", "run_dir", "progress", "out", "name", "version", "exp_name"}
     parts = ["kairos train --algo es"]
     for key, value in asdict(args).items():
-        if key in skip:
+        if key in skip or value is None:
             continue
         flag = "--" + key.replace("_", "-")
         if isinstance(value, (tuple, list)):
