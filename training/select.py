@@ -1,0 +1,101 @@
+"""Choose among trained ranking models on a common validation set (never the evaluation windows).
+
+Every candidate (an ES run folder's ``best.npz``) and every heuristic is replayed on the same
+windows, drawn with their own seed from the training ranges of each trace (disjoint from the
+paper's evaluation windows, as in training).  Per trace the table gives each candidate's mean bsld
+over the windows divided by the best heuristic's; the chosen candidate has the smallest worst
+ratio over the traces (the acceptance's "never above the best heuristic" criterion), ties by the
+mean ratio.
+
+    python -m training.select --runs runs/a runs/b --backfill easy --trace ... --windows 10
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from app.domain.encoding import NUM_FEATURES
+from training.es import HEURISTICS, EsArgs, Evaluator, Shapes, Task, Windows
+
+
+@dataclass
+class SelectArgs:
+    runs: tuple[str, ...]
+    """ES run folders (each with ``best.npz`` and ``meta.json``; same hidden sizes)"""
+    trace: tuple[str, ...]
+    """SWF traces (the candidates' training traces)"""
+    backfill: Literal["easy", "none"] = "easy"
+    semantics: Literal["kairos", "rlscheduler"] = "kairos"
+    windows: int = 10
+    """validation windows per trace"""
+    seed: int = 777
+    """seed of the validation windows"""
+    workers: int = 2
+    json_out: str | None = None
+    """write the table here"""
+
+
+def select(args: SelectArgs) -> dict[str, Any]:
+    metas = [json.loads((Path(r) / "meta.json").read_text()) for r in args.runs]
+    hidden = {tuple(m["hyperparameters"]["hidden"]) for m in metas}
+    if len(hidden) != 1:
+        raise ValueError(f"candidates differ in hidden sizes: {sorted(hidden)}")
+    h1, h2 = next(iter(hidden))
+    es = EsArgs(trace=args.trace, backfill=args.backfill, workers=args.workers)
+    windows = Windows.load(es).sample(np.random.default_rng(args.seed), args.windows)
+    evaluator = Evaluator(es, Shapes(NUM_FEATURES, (h1, h2)))
+    mode = f"{args.backfill}/{args.semantics}"
+    try:
+        specs: list[tuple[str, np.ndarray | str]] = [(h, h) for h in HEURISTICS]
+        specs += [(r, np.load(Path(r) / "best.npz")["theta"]) for r in args.runs]
+        tasks: list[Task] = [(spec, k, s, 1024, mode) for _, spec in specs for k, s in windows]
+        values = evaluator.run(tasks)
+    finally:
+        evaluator.close()
+    w = len(windows)
+    per: dict[str, dict[str, float]] = {}
+    for i, (name, _) in enumerate(specs):
+        row = values[i * w : (i + 1) * w]
+        per[name] = {
+            args.trace[k]: float(np.mean([row[j] for j, (t, _) in enumerate(windows) if t == k]))
+            for k in range(len(args.trace))
+        }
+    best_heuristic = {t: min(per[h][t] for h in HEURISTICS) for t in args.trace}
+    ratios = {r: {t: per[r][t] / best_heuristic[t] for t in args.trace} for r in args.runs}
+
+    def key(run: str) -> tuple[float, float]:
+        values = list(ratios[run].values())
+        return (max(values), float(np.mean(values)))
+
+    chosen = min(args.runs, key=key)
+    return {
+        "windows": [{"trace": args.trace[k], "start": s} for k, s in windows],
+        "seed": args.seed,
+        "bsld": per,
+        "ratio_to_best_heuristic": ratios,
+        "chosen": chosen,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import tyro
+
+    args = tyro.cli(SelectArgs, args=list(argv) if argv is not None else None)
+    result = select(args)
+    for run, ratios in result["ratio_to_best_heuristic"].items():
+        cells = " ".join(f"{Path(t).name.split('.')[0]}={v:.3f}" for t, v in ratios.items())
+        print(f"{run}: {cells}")
+    print(f"chosen: {result['chosen']}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
