@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 swf=${1:-../shared/data/swf}
 kairos=${KAIROS:-.venv/bin/kairos}
 out=docs/results
-policies=fcfs,sjf,wfp3,unicep,f1,hpc-kernel
+# heuristics, the PPO stepping model, and the served defaults per backfilling mode (ADR 0003)
+policies=fcfs,sjf,wfp3,unicep,f1,hpc-kernel@1,hpc-kernel@2,hpc-kernel-none@1
 export KAIROS_MODELS_DIR=${KAIROS_MODELS_DIR:-models}
 rm -rf "$out" && mkdir -p "$out"
 
@@ -25,8 +26,8 @@ done
 for name in lublin-1 lublin-2; do
   path=data/lublin_256.swf.gz; [ "$name" = lublin-2 ] && path=data/lublin_256_new2.swf.gz
   for bf in easy none; do
-    "$kairos" evaluate --trace "$path" --policies fcfs,sjf,wfp3,unicep,f1 --backfill "$bf" \
-      --semantics rlscheduler --sequences 10 --length 1024 --seed 1 \
+    "$kairos" evaluate --trace "$path" --policies "fcfs,sjf,wfp3,unicep,f1,hpc-rls-$bf" \
+      --backfill "$bf" --semantics rlscheduler --sequences 10 --length 1024 --seed 1 \
       --json "$out/$name-$bf-rlscheduler.json" >/dev/null
   done
 done

@@ -50,13 +50,22 @@ class TestDefaultPolicy:
         assert (d["policy"]["name"], d["policy"]["kind"]) == ("hpc-kernel", "onnx")
         assert [a["job_id"] for a in d["allocations"]] == ["a"]
 
-    async def test_without_backfilling_the_default_is_f1(
+    async def test_without_backfilling_the_default_is_hpc_kernel_none(
         self, client: httpx.AsyncClient, cid: str
     ) -> None:
         cluster = await client.put(
             f"/v1/clusters/{cid}", json={"resources": ["cpu"], "backfill": "none"}
         )
-        assert cluster.json()["policy"] == "f1"
+        assert cluster.json()["policy"] == "hpc-kernel-none"
+        d = await _schedule_default_cluster(client, f"{cid}-2", backfill="none")
+        assert (d["policy"]["name"], d["policy"]["kind"]) == ("hpc-kernel-none", "onnx")
+        assert d["fallback"] == {"used": False, "reason": None}
+        assert len(d["allocations"]) == 4
+
+    async def test_the_shipped_defaults_are_ranking_models(self, client: httpx.AsyncClient) -> None:
+        listed = (await client.get("/v1/policies")).json()
+        loaded = {(p["name"], p["version"]) for p in listed if p["kind"] == "onnx" and p["loaded"]}
+        assert {("hpc-kernel", "2"), ("hpc-kernel-none", "1")} <= loaded
 
 
 @pytest.fixture
@@ -66,7 +75,7 @@ async def client_without_model(
     """The shipped models copied to a folder whose hpc-kernel model file is then removed."""
     models = tmp_path / "models"
     shutil.copytree(SHIPPED_MODELS, models)
-    for onnx in models.glob("hpc-kernel/*/policy.onnx"):
+    for onnx in models.glob("hpc-kernel*/*/policy.onnx"):
         onnx.unlink()
     app = create_app(settings.model_copy(update={"MODELS_DIR": str(models)}))
     async for c in open_client(app):
@@ -83,3 +92,11 @@ class TestModelRemoved:
         assert d["policy"]["kind"] == "heuristic"
         assert d["policy"]["name"] == "f1"
         assert len(d["allocations"]) == 4
+
+    async def test_fallback_decides_without_backfilling_too(
+        self, client_without_model: httpx.AsyncClient, cid: str
+    ) -> None:
+        d = await _schedule_default_cluster(client_without_model, cid, backfill="none")
+        assert d["fallback"]["used"] is True
+        assert d["fallback"]["reason"] in {"model_missing", "model_refused"}
+        assert d["policy"]["kind"] == "heuristic"
