@@ -209,6 +209,18 @@ def _apply_picks(active: list[_Slot], encoded: EncodedBatch, logits: LogitsArray
             slot.failure, slot.detail = FallbackReason.INVALID_PICK, str(exc)
 
 
+def _score_or_fail(
+    policy: OnnxPolicy, active: list[_Slot], encoded: EncodedBatch
+) -> LogitsArray | None:
+    """One inference for ``active``; on failure every slot records the reason and ``None``."""
+    try:
+        return policy.score(encoded.obs, encoded.mask)
+    except PolicyInferenceError as exc:
+        for slot in active:
+            slot.failure, slot.detail = _INFERENCE_REASONS[exc.reason], exc.message
+        return None
+
+
 def _step_group(
     policy: OnnxPolicy,
     slots: list[_Slot],
@@ -222,11 +234,8 @@ def _step_group(
         if not active:
             return
         encoded = encode_batch([slot.run.view() for slot in active], policy.max_candidates)
-        try:
-            logits = policy.score(encoded.obs, encoded.mask)
-        except PolicyInferenceError as exc:
-            for slot in active:
-                slot.failure, slot.detail = _INFERENCE_REASONS[exc.reason], exc.message
+        logits = _score_or_fail(policy, active, encoded)
+        if logits is None:
             return
         _apply_picks(active, encoded, logits)
 
@@ -245,11 +254,8 @@ def _rank_group(
     views = [slot.run.view() for slot in active]
     width = max(1, max(len(view.candidates) for view in views))
     encoded = encode_batch(views, width)
-    try:
-        logits = policy.score(encoded.obs, encoded.mask)
-    except PolicyInferenceError as exc:
-        for slot in active:
-            slot.failure, slot.detail = _INFERENCE_REASONS[exc.reason], exc.message
+    logits = _score_or_fail(policy, active, encoded)
+    if logits is None:
         return
     for b, slot in enumerate(active):
         slot.max_batch = len(active)
