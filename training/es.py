@@ -46,6 +46,7 @@ from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES, LogitsArra
 from app.domain.heuristics import get_heuristic
 from app.domain.policy import StepView
 from app.domain.types import Backfill, PolicyRef
+from app.policy.onnx_policy import describe_signature
 from sim.kairos import workload_from_trace
 from sim.kairos_fast import simulate_workload_fast
 from sim.metrics import avg_bounded_slowdown
@@ -558,11 +559,7 @@ def export(args: EsArgs, run_path: Path, meta: dict[str, Any], out: Path) -> Pat
         "kind": "onnx",
         "decision_mode": "rank",
         "feature_schema_version": FEATURE_SCHEMA_VERSION,
-        "inputs": [
-            {"name": "obs", "dtype": "float32", "shape": ["B", "N", NUM_FEATURES]},
-            {"name": "action_mask", "dtype": "bool", "shape": ["B", "N"]},
-        ],
-        "outputs": [{"name": "logits", "dtype": "float32", "shape": ["B", "N"]}],
+        **describe_signature(),
         "opset": OPSET,
         "architecture": {
             "score": "w3 . tanh(W2 tanh(W1 x + b1) + b2) + b3 + v . x, per job row",

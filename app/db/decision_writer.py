@@ -285,8 +285,7 @@ class DecisionWriter:
             for pending in batch:
                 _settle(pending, exc)
             return
-        for pending, ok in zip(batch, stored, strict=True):
-            _settle(pending, None if ok else DuplicateRequestError(pending.record.request_id))
+        _settle_stored(batch, stored)
         self._unchecked_bytes += sum(len(v) for row in rows for v in row if isinstance(v, str))
         if self._unchecked_bytes >= CHECKPOINT_BYTES and self._checkpointing is None:
             self._unchecked_bytes = 0
@@ -319,8 +318,7 @@ class DecisionWriter:
             for pending in batch:
                 _settle(pending, exc)
             return
-        for pending, ok in zip(batch, stored, strict=True):
-            _settle(pending, None if ok else DuplicateRequestError(pending.record.request_id))
+        _settle_stored(batch, stored)
 
     async def _insert_each(self, rows: list[dict[str, Any]]) -> list[bool]:
         stored: list[bool] = []
@@ -334,6 +332,12 @@ class DecisionWriter:
                 else:
                     stored.append(True)
         return stored
+
+
+def _settle_stored(batch: Sequence[_Pending], stored: Sequence[bool]) -> None:
+    """Answer each request of a stored batch: ``False`` rows were duplicates of earlier ones."""
+    for pending, ok in zip(batch, stored, strict=True):
+        _settle(pending, None if ok else DuplicateRequestError(pending.record.request_id))
 
 
 def _settle(pending: _Pending, exc: BaseException | None) -> None:
