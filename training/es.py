@@ -97,8 +97,14 @@ class EsArgs:
     """L2 pull towards zero of the MLP weights (not of the linear skip)"""
     worst_weight: float = 0.0
     """cost = (1 - w) * mean over traces + w * worst trace (w > 0 keeps every trace improving)"""
+    window_loss_weight: float = 0.0
+    """add this times the mean over windows of ``max(0, log(bsld / best heuristic's bsld))``:
+    a price on every window the candidate loses, so wins on some windows cannot pay for large
+    losses on others (the evaluation's few windows then rarely land above the heuristic)"""
     init_params: str | None = None
-    """start from this ``best.npz`` (same hidden sizes) instead of SJF"""
+    """start from these parameters instead of SJF: a run's ``best.npz``, or a shipped ranking
+    model (its folder or its ``policy.onnx``, e.g. ``models/hpc-kernel/2`` to tune the default
+    to a site's own trace); the hidden sizes must match"""
     generations: int = 60
     """upper bound on generations"""
     time_budget_s: float = 0.0
@@ -108,6 +114,11 @@ class EsArgs:
 
     val_windows_per_trace: int = 4
     """fixed validation windows per trace (from the training ranges) for checkpoint selection"""
+    val_holdout: float = 0.0
+    """hold out the last fraction of each trace's allowed window starts for validation: training
+    windows then end before the first held-out job, so checkpoint selection sees jobs training
+    never saw (0: validation windows come from the training ranges themselves; a trace too short
+    to split keeps shared windows, as the metadata says)"""
     val_every: int = 5
     """validate the mean parameters every this many generations"""
     run_dir: str = "runs"
@@ -246,6 +257,35 @@ def build_onnx(shapes: Shapes, theta: npt.NDArray[np.float64], metadata: dict[st
     return bytes(model.SerializeToString())
 
 
+def theta_from_onnx(shapes: Shapes, path: str | Path) -> npt.NDArray[np.float64]:
+    """The parameter vector of a ranking model that :func:`build_onnx` exported (float32 exact)."""
+    model = onnx.load(str(path))
+    found = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    parts: list[npt.NDArray[np.float64]] = []
+    for name, shape in shapes.sizes:
+        if name not in found:
+            raise ValueError(f"{path}: no initializer {name!r}; not an ES ranking model")
+        value = found[name]
+        if value.shape != shape:
+            raise ValueError(f"{path}: {name} has shape {value.shape}, expected {shape}")
+        parts.append(value.astype(np.float64).ravel())
+    return np.concatenate(parts)
+
+
+def load_init_params(shapes: Shapes, spec: str) -> npt.NDArray[np.float64]:
+    """``best.npz``, a model folder or a ``policy.onnx`` -> the parameter vector (checked size)."""
+    path = Path(spec)
+    if path.is_dir():
+        path = path / "policy.onnx"
+    if path.suffix == ".onnx":
+        theta = theta_from_onnx(shapes, path)
+    else:
+        theta = np.load(path)["theta"].astype(np.float64)
+    if theta.shape != (shapes.size,):
+        raise ValueError(f"{spec}: {theta.shape}, expected ({shapes.size},)")
+    return theta
+
+
 # ----------------------------------------------------------------------------------------------
 # windows and the simulator pool
 # ----------------------------------------------------------------------------------------------
@@ -253,16 +293,20 @@ def build_onnx(shapes: Shapes, theta: npt.NDArray[np.float64], metadata: dict[st
 
 @dataclass
 class Windows:
-    """Allowed training starts per trace (disjoint from the evaluation windows)."""
+    """Allowed training starts per trace (disjoint from the evaluation windows), and the
+    validation starts (held out from training when ``val_holdout`` > 0 and the trace is long
+    enough; otherwise the same starts)."""
 
     paths: list[str]
     n_jobs: list[int]
     excluded: list[list[tuple[int, int]]]
     starts: list[npt.NDArray[np.int64]]
+    val_starts: list[npt.NDArray[np.int64]]
+    held_out: list[bool]
 
     @classmethod
     def load(cls, args: EsArgs) -> Windows:
-        n_jobs, excluded, starts = [], [], []
+        n_jobs, excluded, starts, val_starts, held_out = [], [], [], [], []
         for path in args.trace:
             n = load_swf(path).n_jobs
             wins = {
@@ -276,14 +320,25 @@ class Windows:
             allowed = training_starts(n, args.episode_length, ranges)
             if len(allowed) == 0:
                 raise ValueError(f"{path}: no training window is disjoint from the evaluation")
+            train, val = split_holdout(allowed, args.episode_length, args.val_holdout)
             n_jobs.append(n)
             excluded.append(ranges)
-            starts.append(allowed)
-        return cls(list(args.trace), n_jobs, excluded, starts)
+            starts.append(train)
+            val_starts.append(val)
+            held_out.append(val is not train)
+        return cls(list(args.trace), n_jobs, excluded, starts, val_starts, held_out)
 
     def sample(self, rng: np.random.Generator, per_trace: int) -> list[tuple[int, int]]:
+        """Training windows: ``per_trace`` starts of every trace."""
         return [
             (k, int(rng.choice(s))) for k, s in enumerate(self.starts) for _ in range(per_trace)
+        ]
+
+    def sample_validation(self, rng: np.random.Generator, per_trace: int) -> list[tuple[int, int]]:
+        """Validation windows: ``per_trace`` held-out starts of every trace (without a hold-out,
+        exactly what :meth:`sample` draws from the same generator)."""
+        return [
+            (k, int(rng.choice(s))) for k, s in enumerate(self.val_starts) for _ in range(per_trace)
         ]
 
     def describe(self) -> list[dict[str, Any]]:
@@ -294,11 +349,36 @@ class Windows:
                 "excluded_job_ranges": [list(r) for r in ranges],
                 "training_job_ranges": [list(r) for r in complement(ranges, n)],
                 "window_starts": len(starts),
+                "validation_held_out": held,
+                "validation_first_start": int(val[0]) if held else None,
             }
-            for path, n, ranges, starts in zip(
-                self.paths, self.n_jobs, self.excluded, self.starts, strict=True
+            for path, n, ranges, starts, val, held in zip(
+                self.paths,
+                self.n_jobs,
+                self.excluded,
+                self.starts,
+                self.val_starts,
+                self.held_out,
+                strict=True,
             )
         ]
+
+
+def split_holdout(
+    allowed: npt.NDArray[np.int64], length: int, fraction: float
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``(training starts, validation starts)``: the last ``fraction`` of ``allowed`` validates,
+    and a training window ``[s, s + length)`` must end at or before the first validation start,
+    so no job is in both.  Returns ``(allowed, allowed)`` (the same object) when ``fraction`` is
+    0 or either side would be empty."""
+    if fraction <= 0.0:
+        return allowed, allowed
+    cut = int(allowed[min(len(allowed) - 1, math.floor(len(allowed) * (1.0 - fraction)))])
+    val = allowed[allowed >= cut]
+    train = allowed[allowed + length <= cut]
+    if len(train) == 0 or len(val) == 0:
+        return allowed, allowed
+    return train, val
 
 
 _traces: list[SwfTrace] = []
@@ -359,19 +439,25 @@ def relative_cost(
     reference: Sequence[float],
     traces: Sequence[int],
     worst_weight: float = 0.0,
+    window_loss_weight: float = 0.0,
 ) -> float:
     """``(1 - w) * mean + w * max`` over traces of ``log(sum of the candidate's bsld / sum of
-    the reference's)``.
+    the reference's)``, plus ``window_loss_weight`` times the mean over windows of
+    ``max(0, log(candidate / reference))``.
 
     Summing per trace matches the protocol's mean over windows (heavy windows weigh more);
     the log ratio puts every trace on the same scale; ``worst_weight`` w > 0 stops one trace's
-    gain from paying for another's loss.
+    gain from paying for another's loss, ``window_loss_weight`` one window's for another's.
     """
     out = []
     for k in sorted(set(traces)):
         idx = [i for i, t in enumerate(traces) if t == k]
         out.append(math.log(sum(values[i] for i in idx) / sum(reference[i] for i in idx)))
-    return float((1.0 - worst_weight) * np.mean(out) + worst_weight * np.max(out))
+    cost = (1.0 - worst_weight) * np.mean(out) + worst_weight * np.max(out)
+    if window_loss_weight:
+        losses = [max(0.0, math.log(v / r)) for v, r in zip(values, reference, strict=True)]
+        cost += window_loss_weight * np.mean(losses)
+    return float(cost)
 
 
 def best_reference(
@@ -426,14 +512,12 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
     rng = np.random.default_rng(args.seed)
     windows = Windows.load(args)
     val_rng = np.random.default_rng(args.seed + 10_007)
-    val_windows = windows.sample(val_rng, args.val_windows_per_trace)
+    val_windows = windows.sample_validation(val_rng, args.val_windows_per_trace)
     evaluator = Evaluator(args, shapes)
     length, mode = args.episode_length, f"{args.backfill}/{args.semantics}"
     theta = initial_theta(shapes, args.seed)
     if args.init_params is not None:
-        theta = np.load(args.init_params)["theta"].astype(np.float64)
-        if theta.shape != (shapes.size,):
-            raise ValueError(f"{args.init_params}: {theta.shape}, expected ({shapes.size},)")
+        theta = load_init_params(shapes, args.init_params)
     decay = shapes.decayed()
     m = np.zeros_like(theta)
     v = np.zeros_like(theta)
@@ -446,7 +530,10 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
         def validate(params: npt.NDArray[np.float64]) -> tuple[float, list[float]]:
             tasks: list[Task] = [(params, k, s, length, mode) for k, s in val_windows]
             values = evaluator.run(tasks)
-            return relative_cost(values, val_ref, val_traces, args.worst_weight), values
+            cost = relative_cost(
+                values, val_ref, val_traces, args.worst_weight, args.window_loss_weight
+            )
+            return cost, values
 
         best_cost, best_values = validate(theta)
         best_theta, best_gen = theta.copy(), 0
@@ -465,7 +552,13 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
             w = len(batch)
             costs = np.array(
                 [
-                    relative_cost(values[i * w : (i + 1) * w], ref, traces, args.worst_weight)
+                    relative_cost(
+                        values[i * w : (i + 1) * w],
+                        ref,
+                        traces,
+                        args.worst_weight,
+                        args.window_loss_weight,
+                    )
                     for i in range(len(candidates))
                 ]
             )
@@ -501,7 +594,14 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
     meta: dict[str, Any] = {
         "algorithm": "evolution strategies (OpenAI-ES: antithetic sampling, centred ranks, Adam)"
         " on the simulator's fast twin (sim/kairos_fast.py), objective: mean over traces of"
-        " log(sum of bsld / sum of the best heuristic's bsld) on shared 1024-job windows",
+        " log(sum of bsld / sum of the best heuristic's bsld) on shared 1024-job windows"
+        + (f" (worst-trace weight {args.worst_weight})" if args.worst_weight else "")
+        + (
+            f", plus {args.window_loss_weight} x mean over windows of"
+            " max(0, log(bsld / best heuristic's bsld))"
+            if args.window_loss_weight
+            else ""
+        ),
         "command": reproduce_command(args),
         "hyperparameters": {k: v for k, v in asdict(args).items() if k != "started"},
         "seed": args.seed,

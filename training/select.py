@@ -1,6 +1,7 @@
 """Choose among trained ranking models on a common validation set (never the evaluation windows).
 
-Every candidate (an ES run folder's ``best.npz``) and every heuristic is replayed on the same
+Every candidate (an ES run folder's ``best.npz``, or a shipped ranking model's folder) and every
+heuristic is replayed on the same
 windows, drawn with their own seed from the training ranges of each trace (disjoint from the
 paper's evaluation windows, as in training).  Per trace the table gives each candidate's mean bsld
 over the windows divided by the best heuristic's; the chosen candidate has the smallest worst
@@ -21,13 +22,14 @@ from typing import Any, Literal
 import numpy as np
 
 from app.domain.encoding import NUM_FEATURES
-from training.es import HEURISTICS, EsArgs, Evaluator, Shapes, Task, Windows
+from training.es import HEURISTICS, EsArgs, Evaluator, Shapes, Task, Windows, load_init_params
 
 
 @dataclass
 class SelectArgs:
     runs: tuple[str, ...]
-    """ES run folders (each with ``best.npz`` and ``meta.json``; same hidden sizes)"""
+    """ES run folders (``best.npz`` + ``meta.json``) or ranking model folders (``policy.onnx`` +
+    ``card.json``, e.g. ``models/hpc-kernel/2``); all with the same hidden sizes"""
     trace: tuple[str, ...]
     """SWF traces (the candidates' training traces)"""
     backfill: Literal["easy", "none"] = "easy"
@@ -36,24 +38,46 @@ class SelectArgs:
     """validation windows per trace"""
     seed: int = 777
     """seed of the validation windows"""
+    val_holdout: float = 0.0
+    """draw the windows from the held-out part of each trace (the candidates' ``--val-holdout``)"""
     workers: int = 2
     json_out: str | None = None
     """write the table here"""
 
 
+def _hidden(candidate: str) -> tuple[int, int]:
+    folder = Path(candidate)
+    if (folder / "meta.json").exists():
+        meta = json.loads((folder / "meta.json").read_text())
+    else:
+        meta = json.loads((folder / "card.json").read_text())["training"]
+    h1, h2 = meta["hyperparameters"]["hidden"]
+    return int(h1), int(h2)
+
+
+def _parameters(candidate: str) -> str:
+    best = Path(candidate) / "best.npz"
+    return str(best) if best.exists() else candidate
+
+
 def select(args: SelectArgs) -> dict[str, Any]:
-    metas = [json.loads((Path(r) / "meta.json").read_text()) for r in args.runs]
-    hidden = {tuple(m["hyperparameters"]["hidden"]) for m in metas}
+    hidden = {_hidden(r) for r in args.runs}
     if len(hidden) != 1:
         raise ValueError(f"candidates differ in hidden sizes: {sorted(hidden)}")
     h1, h2 = next(iter(hidden))
-    es = EsArgs(trace=args.trace, backfill=args.backfill, workers=args.workers)
-    windows = Windows.load(es).sample(np.random.default_rng(args.seed), args.windows)
-    evaluator = Evaluator(es, Shapes(NUM_FEATURES, (h1, h2)))
+    es = EsArgs(
+        trace=args.trace,
+        backfill=args.backfill,
+        workers=args.workers,
+        val_holdout=args.val_holdout,
+    )
+    windows = Windows.load(es).sample_validation(np.random.default_rng(args.seed), args.windows)
+    shapes = Shapes(NUM_FEATURES, (h1, h2))
+    evaluator = Evaluator(es, shapes)
     mode = f"{args.backfill}/{args.semantics}"
     try:
         specs: list[tuple[str, np.ndarray | str]] = [(h, h) for h in HEURISTICS]
-        specs += [(r, np.load(Path(r) / "best.npz")["theta"]) for r in args.runs]
+        specs += [(r, load_init_params(shapes, _parameters(r))) for r in args.runs]
         tasks: list[Task] = [(spec, k, s, 1024, mode) for _, spec in specs for k, s in windows]
         values = evaluator.run(tasks)
     finally:

@@ -16,7 +16,20 @@ from sim.kairos import workload_from_trace
 from sim.kairos_fast import simulate_workload_fast
 from sim.traces.swf import load_swf
 from tests.fixtures.onnx_models import card
-from training.es import NumpyRanker, Shapes, build_onnx, es_gradient, initial_theta
+from training.es import (
+    EsArgs,
+    NumpyRanker,
+    Shapes,
+    Windows,
+    build_onnx,
+    es_gradient,
+    initial_theta,
+    load_init_params,
+    relative_cost,
+    split_holdout,
+)
+
+MODELS = Path(__file__).resolve().parents[3] / "models"
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 SHAPES = Shapes(NUM_FEATURES, (8, 8))
@@ -46,6 +59,33 @@ def test_numpy_scorer_and_exported_onnx_agree(seed: int) -> None:
     assert (served[~mask] == trained[~mask]).all()  # both mark masked rows the same way
 
 
+def test_parameters_read_back_from_an_exported_model_are_the_exported_ones(tmp_path: Path) -> None:
+    theta = initial_theta(SHAPES, 5) + np.random.default_rng(5).normal(0.0, 0.3, SHAPES.size)
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "policy.onnx").write_bytes(build_onnx(SHAPES, theta, {"name": "t", "version": "1"}))
+    np.savez(tmp_path / "best.npz", theta=theta)
+    expected = theta.astype(np.float32).astype(np.float64)  # the graph stores float32
+    assert np.array_equal(load_init_params(SHAPES, str(model)), expected)
+    assert np.array_equal(load_init_params(SHAPES, str(model / "policy.onnx")), expected)
+    assert np.array_equal(load_init_params(SHAPES, str(tmp_path / "best.npz")), theta)
+    with pytest.raises(ValueError, match="expected"):
+        load_init_params(Shapes(NUM_FEATURES, (4, 4)), str(model))
+
+
+def test_fine_tuning_starts_from_the_shipped_default_exactly() -> None:
+    """``--init-params models/hpc-kernel/2`` ranks as the served model does."""
+    theta = load_init_params(SHAPES, str(MODELS / "hpc-kernel" / "2"))
+    served = OnnxPolicy.load(MODELS / "hpc-kernel" / "2")
+    rng = np.random.default_rng(11)
+    obs = rng.random((2, 40, NUM_FEATURES), dtype=np.float32)
+    mask = np.ones((2, 40), dtype=np.bool_)
+    trained = NumpyRanker(SHAPES, theta).score(obs, mask)
+    assert np.abs(served.score(obs, mask) - trained).max() < 1e-5
+    with pytest.raises(ValueError, match="not an ES ranking model"):
+        load_init_params(SHAPES, str(MODELS / "hpc-kernel" / "1"))
+
+
 def test_descending_the_gradient_estimate_reduces_the_cost() -> None:
     rng = np.random.default_rng(0)
     target = rng.normal(size=20)
@@ -62,3 +102,44 @@ def test_descending_the_gradient_estimate_reduces_the_cost() -> None:
         grad = es_gradient(eps, costs, 0.1)
         theta = theta - 0.1 * grad / (np.linalg.norm(grad) + 1e-12)
     assert cost(theta) < 0.25 * start
+
+
+def test_the_window_loss_term_prices_only_the_windows_a_candidate_loses() -> None:
+    reference = [10.0, 10.0, 10.0, 10.0]
+    traces = [0, 0, 1, 1]
+    # trace 0: one window 4x worse, one 4x better; trace 1: exactly the reference
+    values = [40.0, 2.5, 10.0, 10.0]
+    plain = relative_cost(values, reference, traces)
+    assert plain == pytest.approx(0.5 * np.log(42.5 / 20.0))
+    priced = relative_cost(values, reference, traces, window_loss_weight=2.0)
+    assert priced == pytest.approx(plain + 2.0 * np.log(4.0) / 4)
+    # a candidate that never loses a window pays nothing extra
+    better = [5.0, 5.0, 10.0, 10.0]
+    assert relative_cost(better, reference, traces, window_loss_weight=2.0) == pytest.approx(
+        relative_cost(better, reference, traces)
+    )
+
+
+def test_held_out_validation_windows_share_no_job_with_training_windows() -> None:
+    allowed = np.concatenate([np.arange(0, 900), np.arange(3000, 9000)]).astype(np.int64)
+    train, val = split_holdout(allowed, 1024, 0.3)
+    assert len(train) > 0
+    assert len(val) > 0
+    assert train.max() + 1024 <= val.min()  # every training window ends before validation starts
+    assert set(val) <= set(allowed)
+    assert set(train) <= set(allowed)
+    assert len(val) == len(allowed[allowed >= val.min()])  # the tail of the allowed starts
+    # no hold-out, or a trace too short to split: the same starts (and the caller knows)
+    assert split_holdout(allowed, 1024, 0.0)[1] is allowed
+    short = np.arange(0, 958, dtype=np.int64)
+    got_train, got_val = split_holdout(short, 1024, 0.3)
+    assert got_train is short
+    assert got_val is short
+
+
+def test_without_a_hold_out_validation_draws_what_training_would() -> None:
+    args = EsArgs(trace=(str(DATA / "lublin_256.swf.gz"),))
+    windows = Windows.load(args)
+    a = windows.sample(np.random.default_rng(3), 5)
+    b = windows.sample_validation(np.random.default_rng(3), 5)
+    assert a == b
