@@ -194,6 +194,29 @@ def initial_theta(shapes: Shapes, seed: int) -> npt.NDArray[np.float64]:
     return np.concatenate(parts)
 
 
+def shrink_toward_sjf(
+    shapes: Shapes, theta: npt.NDArray[np.float64], alpha: float
+) -> npt.NDArray[np.float64]:
+    """The scorer ``alpha * f(x) + (1 - alpha) * sjf(x)``: the MLP's output layer and the skip
+    are blended with SJF's (``v = -e_walltime``), so ``alpha`` = 1 is ``theta`` and 0 is SJF.
+
+    A one-parameter family between a trained model and the heuristic it started from: it trades
+    the model's gains for less variance where validation says the model over-reaches.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    sjf = initial_theta(shapes, seed=0)
+    out = theta.copy()
+    offset = 0
+    for name, shape in shapes.sizes:
+        n = math.prod(shape)
+        part = slice(offset, offset + n)
+        if name in ("w3", "b3", "v"):
+            out[part] = alpha * theta[part] + (1.0 - alpha) * sjf[part]
+        offset += n
+    return out
+
+
 class NumpyRanker:
     """The scorer in numpy (float32, the exported graph's operations) for the fast twin."""
 

@@ -14,15 +14,29 @@ mean ratio.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
-from app.domain.encoding import NUM_FEATURES
-from training.es import HEURISTICS, EsArgs, Evaluator, Shapes, Task, Windows, load_init_params
+from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES
+from app.policy.onnx_policy import describe_signature
+from training.es import (
+    HEURISTICS,
+    OPSET,
+    EsArgs,
+    Evaluator,
+    Shapes,
+    Task,
+    Windows,
+    build_onnx,
+    load_init_params,
+    shrink_toward_sjf,
+)
 
 
 @dataclass
@@ -40,9 +54,18 @@ class SelectArgs:
     """seed of the validation windows"""
     val_holdout: float = 0.0
     """draw the windows from the held-out part of each trace (the candidates' ``--val-holdout``)"""
+    shrink: tuple[float, ...] = ()
+    """also try each candidate blended with SJF: ``alpha * model + (1 - alpha) * sjf`` for each
+    alpha given (``es.shrink_toward_sjf``); such a variant is named ``<candidate>~a<alpha>``"""
     workers: int = 2
     json_out: str | None = None
     """write the table here"""
+    export: str | None = None
+    """write the chosen candidate here as a model (``policy.onnx`` + ``card.json``)"""
+    name: str = "hpc-kernel"
+    """policy name of the exported model"""
+    version: str = "1"
+    """policy version of the exported model"""
 
 
 def _hidden(candidate: str) -> tuple[int, int]:
@@ -60,6 +83,10 @@ def _parameters(candidate: str) -> str:
     return str(best) if best.exists() else candidate
 
 
+def _variant(candidate: str, alpha: float) -> str:
+    return f"{candidate}~a{alpha:g}"
+
+
 def select(args: SelectArgs) -> dict[str, Any]:
     hidden = {_hidden(r) for r in args.runs}
     if len(hidden) != 1:
@@ -75,9 +102,14 @@ def select(args: SelectArgs) -> dict[str, Any]:
     shapes = Shapes(NUM_FEATURES, (h1, h2))
     evaluator = Evaluator(es, shapes)
     mode = f"{args.backfill}/{args.semantics}"
+    thetas: dict[str, npt.NDArray[np.float64]] = {}
+    for r in args.runs:
+        theta = load_init_params(shapes, _parameters(r))
+        thetas[r] = theta
+        thetas.update({_variant(r, a): shrink_toward_sjf(shapes, theta, a) for a in args.shrink})
     try:
-        specs: list[tuple[str, np.ndarray | str]] = [(h, h) for h in HEURISTICS]
-        specs += [(r, load_init_params(shapes, _parameters(r))) for r in args.runs]
+        specs: list[tuple[str, npt.NDArray[np.float64] | str]] = [(h, h) for h in HEURISTICS]
+        specs += list(thetas.items())
         tasks: list[Task] = [(spec, k, s, 1024, mode) for _, spec in specs for k, s in windows]
         values = evaluator.run(tasks)
     finally:
@@ -91,20 +123,85 @@ def select(args: SelectArgs) -> dict[str, Any]:
             for k in range(len(args.trace))
         }
     best_heuristic = {t: min(per[h][t] for h in HEURISTICS) for t in args.trace}
-    ratios = {r: {t: per[r][t] / best_heuristic[t] for t in args.trace} for r in args.runs}
+    ratios = {r: {t: per[r][t] / best_heuristic[t] for t in args.trace} for r in thetas}
 
     def key(run: str) -> tuple[float, float]:
         values = list(ratios[run].values())
         return (max(values), float(np.mean(values)))
 
-    chosen = min(args.runs, key=key)
+    chosen = min(thetas, key=key)
     return {
+        "rule": (
+            f"the smallest worst ratio over the traces of mean bsld to the best heuristic's "
+            f"(ties: the mean ratio), on {args.windows} validation windows per trace drawn with "
+            f"seed {args.seed}"
+            + (
+                f" from the held-out last {args.val_holdout:g} of each trace's allowed starts"
+                if args.val_holdout
+                else " from the training ranges"
+            )
+            + (
+                f"; candidates also blended with SJF at alpha {list(args.shrink)}"
+                if args.shrink
+                else ""
+            )
+        ),
         "windows": [{"trace": args.trace[k], "start": s} for k, s in windows],
         "seed": args.seed,
         "bsld": per,
         "ratio_to_best_heuristic": ratios,
         "chosen": chosen,
+        "_theta": thetas[chosen],
+        "_shapes": shapes,
     }
+
+
+def export_chosen(args: SelectArgs, result: dict[str, Any], out: Path) -> Path:
+    """Write the chosen candidate as a ranking model; its card keeps the base model's training
+    record and adds how it was derived and chosen."""
+    chosen: str = result["chosen"]
+    base, _, alpha = chosen.partition("~a")
+    folder = Path(base)
+    if (folder / "meta.json").exists():
+        training = json.loads((folder / "meta.json").read_text())
+        training.pop("history", None)
+        training["run_folder"] = base
+    else:
+        training = json.loads((folder / "card.json").read_text())["training"]
+        training["initialised_from_model"] = base
+    shapes: Shapes = result["_shapes"]
+    theta: npt.NDArray[np.float64] = result["_theta"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "policy.onnx").write_bytes(
+        build_onnx(shapes, theta, {"name": args.name, "version": args.version})
+    )
+    table = {k: v for k, v in result.items() if not k.startswith("_") and k != "windows"}
+    training["selection"] = {
+        **table,
+        "blend_with_sjf": float(alpha) if alpha else None,
+        "command": "python -m training.select " + " ".join(sys.argv[1:]),
+    }
+    card = {
+        "name": args.name,
+        "version": args.version,
+        "domain": "hpc",
+        "kind": "onnx",
+        "decision_mode": "rank",
+        "feature_schema_version": FEATURE_SCHEMA_VERSION,
+        **describe_signature(),
+        "opset": OPSET,
+        "architecture": {
+            "score": "w3 . tanh(W2 tanh(W1 x + b1) + b2) + b3 + v . x, per job row",
+            "features": shapes.features,
+            "hidden": list(shapes.hidden),
+            "parameters": shapes.size,
+        },
+        "training": training,
+        "seeds": {"training": training.get("seed"), "validation_windows": args.seed},
+        "metrics": {"validation": {t: result["bsld"][chosen][t] for t in args.trace}},
+    }
+    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return out / "policy.onnx"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,7 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{run}: {cells}")
     print(f"chosen: {result['chosen']}")
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n")
+        public = {k: v for k, v in result.items() if not k.startswith("_")}
+        Path(args.json_out).write_text(json.dumps(public, indent=2) + "\n")
+    if args.export:
+        print(f"exported {export_chosen(args, result, Path(args.export))}")
     return 0
 
 

@@ -26,6 +26,7 @@ from training.es import (
     initial_theta,
     load_init_params,
     relative_cost,
+    shrink_toward_sjf,
     split_holdout,
 )
 
@@ -143,3 +144,16 @@ def test_without_a_hold_out_validation_draws_what_training_would() -> None:
     a = windows.sample(np.random.default_rng(3), 5)
     b = windows.sample_validation(np.random.default_rng(3), 5)
     assert a == b
+
+
+def test_blending_with_sjf_spans_the_model_and_sjf() -> None:
+    theta = initial_theta(SHAPES, 4) + np.random.default_rng(4).normal(0.0, 0.4, SHAPES.size)
+    obs = np.random.default_rng(5).random((2, 30, NUM_FEATURES), dtype=np.float32)
+    mask = np.ones((2, 30), dtype=np.bool_)
+    model = NumpyRanker(SHAPES, theta).score(obs, mask)
+    sjf = -obs[..., 1]  # the walltime feature, as SJF orders
+    for alpha in (0.0, 0.3, 1.0):
+        got = NumpyRanker(SHAPES, shrink_toward_sjf(SHAPES, theta, alpha)).score(obs, mask)
+        assert np.allclose(got, alpha * model + (1.0 - alpha) * sjf, atol=1e-5)
+    with pytest.raises(ValueError, match="alpha"):
+        shrink_toward_sjf(SHAPES, theta, 1.5)
