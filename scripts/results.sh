@@ -7,7 +7,7 @@ swf=${1:-../shared/data/swf}
 kairos=${KAIROS:-.venv/bin/kairos}
 out=docs/results
 # heuristics, the PPO stepping model, and the served defaults per backfilling mode (ADR 0003)
-policies=fcfs,sjf,wfp3,unicep,f1,hpc-kernel@1,hpc-kernel@2,hpc-kernel-none@1
+policies=fcfs,sjf,wfp3,unicep,f1,hpc-kernel@1,hpc-kernel@2,hpc-kernel@3,hpc-kernel-none@1
 export KAIROS_MODELS_DIR=${KAIROS_MODELS_DIR:-models}
 rm -rf "$out" && mkdir -p "$out"
 

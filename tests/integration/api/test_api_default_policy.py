@@ -48,6 +48,7 @@ class TestDefaultPolicy:
         }
         d = (await client.post("/v1/decide", json=body)).json()
         assert (d["policy"]["name"], d["policy"]["kind"]) == ("hpc-kernel", "onnx")
+        assert d["policy"]["version"] == "3"  # the newest shipped version serves by default
         assert [a["job_id"] for a in d["allocations"]] == ["a"]
 
     async def test_without_backfilling_the_default_is_hpc_kernel_none(
@@ -65,7 +66,8 @@ class TestDefaultPolicy:
     async def test_the_shipped_defaults_are_ranking_models(self, client: httpx.AsyncClient) -> None:
         listed = (await client.get("/v1/policies")).json()
         loaded = {(p["name"], p["version"]) for p in listed if p["kind"] == "onnx" and p["loaded"]}
-        assert {("hpc-kernel", "2"), ("hpc-kernel-none", "1")} <= loaded
+        assert {("hpc-kernel", "3"), ("hpc-kernel-none", "1")} <= loaded
+        assert ("hpc-kernel", "2") in loaded  # earlier versions stay servable by name@version
 
 
 @pytest.fixture
