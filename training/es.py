@@ -668,16 +668,23 @@ def _log(args: EsArgs, gen: int, row: dict[str, Any]) -> None:
         print(f"gen {gen:4d} t={elapsed:7.1f}s {text}", flush=True)
 
 
-def export(args: EsArgs, run_path: Path, meta: dict[str, Any], out: Path) -> Path:
-    """Write ``policy.onnx`` + ``card.json`` (``decision_mode: rank``) from ``best.npz``."""
-    shapes = Shapes(NUM_FEATURES, args.hidden)
-    theta = np.load(run_path / "best.npz")["theta"]
+def write_model(
+    out: Path,
+    shapes: Shapes,
+    theta: npt.NDArray[np.float64],
+    *,
+    name: str,
+    version: str,
+    training: dict[str, Any],
+    seeds: dict[str, Any],
+    metrics: dict[str, Any],
+) -> Path:
+    """Write ``policy.onnx`` + ``card.json`` (``decision_mode: rank``) for these parameters."""
     out.mkdir(parents=True, exist_ok=True)
-    model = build_onnx(shapes, theta, {"name": args.name, "version": args.version})
-    (out / "policy.onnx").write_bytes(model)
+    (out / "policy.onnx").write_bytes(build_onnx(shapes, theta, {"name": name, "version": version}))
     card = {
-        "name": args.name,
-        "version": args.version,
+        "name": name,
+        "version": version,
         "domain": "hpc",
         "kind": "onnx",
         "decision_mode": "rank",
@@ -687,15 +694,29 @@ def export(args: EsArgs, run_path: Path, meta: dict[str, Any], out: Path) -> Pat
         "architecture": {
             "score": "w3 . tanh(W2 tanh(W1 x + b1) + b2) + b3 + v . x, per job row",
             "features": shapes.features,
-            "hidden": list(args.hidden),
+            "hidden": list(shapes.hidden),
             "parameters": shapes.size,
         },
-        "training": {k: v for k, v in meta.items() if k != "history"},
-        "seeds": {"training": args.seed, "evaluation_protocol": args.eval_seed},
-        "metrics": {"validation": meta["validation"]},
+        "training": training,
+        "seeds": seeds,
+        "metrics": metrics,
     }
     (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return out / "policy.onnx"
+
+
+def export(args: EsArgs, run_path: Path, meta: dict[str, Any], out: Path) -> Path:
+    """Write ``policy.onnx`` + ``card.json`` (``decision_mode: rank``) from ``best.npz``."""
+    return write_model(
+        out,
+        Shapes(NUM_FEATURES, args.hidden),
+        np.load(run_path / "best.npz")["theta"],
+        name=args.name,
+        version=args.version,
+        training={k: v for k, v in meta.items() if k != "history"},
+        seeds={"training": args.seed, "evaluation_protocol": args.eval_seed},
+        metrics={"validation": meta["validation"]},
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

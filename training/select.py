@@ -23,19 +23,17 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES
-from app.policy.onnx_policy import describe_signature
+from app.domain.encoding import NUM_FEATURES
 from training.es import (
     HEURISTICS,
-    OPSET,
     EsArgs,
     Evaluator,
     Shapes,
     Task,
     Windows,
-    build_onnx,
     load_init_params,
     shrink_toward_sjf,
+    write_model,
 )
 
 
@@ -169,39 +167,22 @@ def export_chosen(args: SelectArgs, result: dict[str, Any], out: Path) -> Path:
     else:
         training = json.loads((folder / "card.json").read_text())["training"]
         training["initialised_from_model"] = base
-    shapes: Shapes = result["_shapes"]
-    theta: npt.NDArray[np.float64] = result["_theta"]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "policy.onnx").write_bytes(
-        build_onnx(shapes, theta, {"name": args.name, "version": args.version})
-    )
     table = {k: v for k, v in result.items() if not k.startswith("_") and k != "windows"}
     training["selection"] = {
         **table,
         "blend_with_sjf": float(alpha) if alpha else None,
         "command": "python -m training.select " + " ".join(sys.argv[1:]),
     }
-    card = {
-        "name": args.name,
-        "version": args.version,
-        "domain": "hpc",
-        "kind": "onnx",
-        "decision_mode": "rank",
-        "feature_schema_version": FEATURE_SCHEMA_VERSION,
-        **describe_signature(),
-        "opset": OPSET,
-        "architecture": {
-            "score": "w3 . tanh(W2 tanh(W1 x + b1) + b2) + b3 + v . x, per job row",
-            "features": shapes.features,
-            "hidden": list(shapes.hidden),
-            "parameters": shapes.size,
-        },
-        "training": training,
-        "seeds": {"training": training.get("seed"), "validation_windows": args.seed},
-        "metrics": {"validation": {t: result["bsld"][chosen][t] for t in args.trace}},
-    }
-    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
-    return out / "policy.onnx"
+    return write_model(
+        out,
+        result["_shapes"],
+        result["_theta"],
+        name=args.name,
+        version=args.version,
+        training=training,
+        seeds={"training": training.get("seed"), "validation_windows": args.seed},
+        metrics={"validation": {t: result["bsld"][chosen][t] for t in args.trace}},
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
