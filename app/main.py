@@ -23,6 +23,7 @@ from app.db.decision_writer import DecisionWriter
 from app.db.engine import make_engine
 from app.db.migrate import is_behind, upgrade_to_head
 from app.db.session import Database
+from app.gc_tuning import freeze_startup_heap, thaw
 from app.observability import Metrics
 from app.services.decision import DecisionService
 from app.settings import Settings, get_settings
@@ -73,8 +74,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.database = database
             app.state.decisions = decisions
             app.state.decision_writer = writer
+            if settings.GC_FREEZE:
+                freeze_startup_heap()
             yield
         finally:
+            if settings.GC_FREEZE:
+                thaw()
             await writer.close()
             await decisions.close()
             await database.dispose()

@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     BATCH_MAX_WAIT_MS: float = Field(default=2.0, ge=0)
     #: Wait BATCH_MAX_WAIT_MS for batch-mates only once batches hold several requests (ADR 0045).
     BATCH_ADAPTIVE_WAIT: bool = True
+    #: Freeze the start-up heap out of the garbage collector's full passes (ADR 0068).
+    GC_FREEZE: bool = True
     #: Trained policy artifacts: ``<MODELS_DIR>/<name>/<version>/policy.onnx`` + ``card.json``.
     MODELS_DIR: str = "models"
     #: Decision pipeline (ADRs 0040-0043): onnxruntime threads per session, in-process batches

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from app.batching.pipeline import pipeline_from_settings
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
+from app.gc_tuning import freeze_startup_heap, thaw
 from app.policy.selector import DecisionOutcome, DecisionRequest, decide_many
 from app.settings import Settings
 
@@ -51,7 +52,13 @@ async def run_worker(settings: Settings, *, consumer: str | None = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop)
-    await worker.run()
+    if settings.GC_FREEZE:
+        freeze_startup_heap()
+    try:
+        await worker.run()
+    finally:
+        if settings.GC_FREEZE:
+            thaw()
     logger.info("worker %s stopped after %d batches", worker.consumer, worker.batches)
     return 0
 
