@@ -365,26 +365,32 @@ class Windows:
         ]
 
     def describe(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "trace": path,
-                "jobs": n,
-                "excluded_job_ranges": [list(r) for r in ranges],
-                "training_job_ranges": [list(r) for r in complement(ranges, n)],
-                "window_starts": len(starts),
-                "validation_held_out": held,
-                "validation_first_start": int(val[0]) if held else None,
-            }
-            for path, n, ranges, starts, val, held in zip(
-                self.paths,
-                self.n_jobs,
-                self.excluded,
-                self.starts,
-                self.val_starts,
-                self.held_out,
-                strict=True,
+        out: list[dict[str, Any]] = []
+        for path, n, ranges, starts, val, held in zip(
+            self.paths,
+            self.n_jobs,
+            self.excluded,
+            self.starts,
+            self.val_starts,
+            self.held_out,
+            strict=True,
+        ):
+            # with a hold-out, training jobs stop where the first validation window starts
+            cut = int(val[0]) if held else n
+            out.append(
+                {
+                    "trace": path,
+                    "jobs": n,
+                    "excluded_job_ranges": [list(r) for r in ranges],
+                    "training_job_ranges": [
+                        [a, min(b, cut)] for a, b in complement(ranges, n) if a < cut
+                    ],
+                    "window_starts": len(starts),
+                    "validation_held_out": held,
+                    "validation_first_start": cut if held else None,
+                }
             )
-        ]
+        return out
 
 
 def split_holdout(

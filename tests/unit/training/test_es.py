@@ -157,3 +157,14 @@ def test_blending_with_sjf_spans_the_model_and_sjf() -> None:
         assert np.allclose(got, alpha * model + (1.0 - alpha) * sjf, atol=1e-5)
     with pytest.raises(ValueError, match="alpha"):
         shrink_toward_sjf(SHAPES, theta, 1.5)
+
+
+def test_a_held_out_card_lists_only_jobs_before_the_validation_part() -> None:
+    allowed = np.arange(0, 20_000 - 1024 + 1, dtype=np.int64)
+    allowed = allowed[(allowed + 1024 <= 3000) | (allowed >= 5000)]  # [3000, 5000) is evaluation
+    train, val = split_holdout(allowed, 1024, 0.3)
+    windows = Windows(["t.swf"], [20_000], [[(3000, 5000)]], [train], [val], [True])
+    (row,) = windows.describe()
+    assert row["validation_first_start"] == int(val[0])
+    assert row["training_job_ranges"] == [[0, 3000], [5000, int(val[0])]]
+    assert row["excluded_job_ranges"] == [[3000, 5000]]
