@@ -103,7 +103,7 @@ class EsArgs:
     losses on others (the evaluation's few windows then rarely land above the heuristic)"""
     init_params: str | None = None
     """start from these parameters instead of SJF: a run's ``best.npz``, or a shipped ranking
-    model (its folder or its ``policy.onnx``, e.g. ``models/hpc-kernel/2`` to tune the default
+    model (its folder or its ``policy.onnx``, e.g. ``models/hpc-kernel/3`` to tune the default
     to a site's own trace); the hidden sizes must match"""
     generations: int = 60
     """upper bound on generations"""
