@@ -113,7 +113,8 @@ class EsArgs:
     """simulator processes"""
 
     val_windows_per_trace: int = 4
-    """fixed validation windows per trace (from the training ranges) for checkpoint selection"""
+    """fixed validation windows per trace for checkpoint selection (from the training ranges, or
+    from the held-out part with ``val_holdout``)"""
     val_holdout: float = 0.0
     """hold out the last fraction of each trace's allowed window starts for validation: training
     windows then end before the first held-out job, so checkpoint selection sees jobs training

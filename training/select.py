@@ -1,9 +1,9 @@
 """Choose among trained ranking models on a common validation set (never the evaluation windows).
 
 Every candidate (an ES run folder's ``best.npz``, or a shipped ranking model's folder) and every
-heuristic is replayed on the same
-windows, drawn with their own seed from the training ranges of each trace (disjoint from the
-paper's evaluation windows, as in training).  Per trace the table gives each candidate's mean bsld
+heuristic is replayed on the same windows, drawn with their own seed from the training ranges of
+each trace, or with ``--val-holdout`` from their held-out part (always disjoint from the paper's
+evaluation windows, as in training).  Per trace the table gives each candidate's mean bsld
 over the windows divided by the best heuristic's; the chosen candidate has the smallest worst
 ratio over the traces (the acceptance's "never above the best heuristic" criterion), ties by the
 mean ratio.
@@ -66,13 +66,19 @@ class SelectArgs:
     """policy version of the exported model"""
 
 
-def _hidden(candidate: str) -> tuple[int, int]:
+def _training_record(candidate: str) -> dict[str, Any]:
+    """A run folder's ``meta.json`` (without its history) or a model's ``card.json`` training."""
     folder = Path(candidate)
     if (folder / "meta.json").exists():
-        meta = json.loads((folder / "meta.json").read_text())
-    else:
-        meta = json.loads((folder / "card.json").read_text())["training"]
-    h1, h2 = meta["hyperparameters"]["hidden"]
+        meta: dict[str, Any] = json.loads((folder / "meta.json").read_text())
+        meta.pop("history", None)
+        return meta
+    record: dict[str, Any] = json.loads((folder / "card.json").read_text())["training"]
+    return record
+
+
+def _hidden(candidate: str) -> tuple[int, int]:
+    h1, h2 = _training_record(candidate)["hyperparameters"]["hidden"]
     return int(h1), int(h2)
 
 
@@ -159,14 +165,9 @@ def export_chosen(args: SelectArgs, result: dict[str, Any], out: Path) -> Path:
     record and adds how it was derived and chosen."""
     chosen: str = result["chosen"]
     base, _, alpha = chosen.partition("~a")
-    folder = Path(base)
-    if (folder / "meta.json").exists():
-        training = json.loads((folder / "meta.json").read_text())
-        training.pop("history", None)
-        training["run_folder"] = base
-    else:
-        training = json.loads((folder / "card.json").read_text())["training"]
-        training["initialised_from_model"] = base
+    training = _training_record(base)
+    key = "run_folder" if (Path(base) / "meta.json").exists() else "initialised_from_model"
+    training[key] = base
     table = {k: v for k, v in result.items() if not k.startswith("_") and k != "windows"}
     training["selection"] = {
         **table,
