@@ -120,6 +120,12 @@ class EsArgs:
     windows then end before the first held-out job, so checkpoint selection sees jobs training
     never saw (0: validation windows come from the training ranges themselves; a trace too short
     to split keeps shared windows, as the metadata says)"""
+    val_split: Literal["tail", "segments"] = "tail"
+    """where ``val_holdout`` takes its validation windows: ``tail``, the last fraction of the
+    trace's allowed starts; ``segments``, the last fraction of every stretch of jobs between
+    two evaluation windows that can hold both a training and a validation window, so that
+    validation covers the same periods of the trace as the evaluation (a trace whose load
+    changes over time is then not validated on its last weeks alone)"""
     val_every: int = 5
     """validate the mean parameters every this many generations"""
     run_dir: str = "runs"
@@ -327,6 +333,8 @@ class Windows:
     starts: list[npt.NDArray[np.int64]]
     val_starts: list[npt.NDArray[np.int64]]
     held_out: list[bool]
+    #: jobs per window
+    length: int = 1024
 
     @classmethod
     def load(cls, args: EsArgs) -> Windows:
@@ -344,13 +352,16 @@ class Windows:
             allowed = training_starts(n, args.episode_length, ranges)
             if len(allowed) == 0:
                 raise ValueError(f"{path}: no training window is disjoint from the evaluation")
-            train, val = split_holdout(allowed, args.episode_length, args.val_holdout)
+            split = split_segments if args.val_split == "segments" else split_holdout
+            train, val = split(allowed, args.episode_length, args.val_holdout)
             n_jobs.append(n)
             excluded.append(ranges)
             starts.append(train)
             val_starts.append(val)
             held_out.append(val is not train)
-        return cls(list(args.trace), n_jobs, excluded, starts, val_starts, held_out)
+        return cls(
+            list(args.trace), n_jobs, excluded, starts, val_starts, held_out, args.episode_length
+        )
 
     def sample(self, rng: np.random.Generator, per_trace: int) -> list[tuple[int, int]]:
         """Training windows: ``per_trace`` starts of every trace."""
@@ -376,22 +387,58 @@ class Windows:
             self.held_out,
             strict=True,
         ):
-            # with a hold-out, training jobs stop where the first validation window starts
-            cut = int(val[0]) if held else n
+            if held:  # the jobs the windows cover: none is in both
+                train_ranges = covered(starts, self.length)
+                val_ranges = covered(val, self.length)
+            else:
+                train_ranges, val_ranges = complement(ranges, n), []
             out.append(
                 {
                     "trace": path,
                     "jobs": n,
                     "excluded_job_ranges": [list(r) for r in ranges],
-                    "training_job_ranges": [
-                        [a, min(b, cut)] for a, b in complement(ranges, n) if a < cut
-                    ],
+                    "training_job_ranges": [list(r) for r in train_ranges],
                     "window_starts": len(starts),
                     "validation_held_out": held,
-                    "validation_first_start": cut if held else None,
+                    "validation_first_start": int(val[0]) if held else None,
+                    "validation_job_ranges": [list(r) for r in val_ranges],
                 }
             )
         return out
+
+
+def covered(starts: npt.NDArray[np.int64], length: int) -> list[tuple[int, int]]:
+    """The job ranges that windows ``[s, s + length)`` for ``s`` in ``starts`` cover, merged."""
+    return merge_ranges([(int(s), int(s) + length) for s in starts])
+
+
+def split_segments(
+    allowed: npt.NDArray[np.int64], length: int, fraction: float
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``(training starts, validation starts)`` held out segment by segment.
+
+    A segment is a maximal run of consecutive allowed starts (the jobs between two evaluation
+    windows).  In every segment whose jobs can hold two disjoint windows, its last
+    ``max(length, fraction * jobs)`` jobs validate and training windows end before them; shorter
+    segments only train.  No job is in both a training and a validation window.  Returns
+    ``(allowed, allowed)`` (the same object) when ``fraction`` is 0 or no segment splits.
+    """
+    if fraction <= 0.0 or len(allowed) == 0:
+        return allowed, allowed
+    breaks = np.flatnonzero(np.diff(allowed) != 1) + 1
+    train_parts: list[npt.NDArray[np.int64]] = []
+    val_parts: list[npt.NDArray[np.int64]] = []
+    for run in np.split(allowed, breaks):
+        jobs = int(run[-1]) + length - int(run[0])
+        if jobs < 2 * length:
+            train_parts.append(run)
+            continue
+        cut = int(run[-1]) + length - max(length, math.ceil(fraction * jobs))
+        train_parts.append(run[run + length <= cut])
+        val_parts.append(run[run >= cut])
+    if not val_parts:
+        return allowed, allowed
+    return np.concatenate(train_parts), np.concatenate(val_parts)
 
 
 def split_holdout(

@@ -52,6 +52,8 @@ class SelectArgs:
     """seed of the validation windows"""
     val_holdout: float = 0.0
     """draw the windows from the held-out part of each trace (the candidates' ``--val-holdout``)"""
+    val_split: Literal["tail", "segments"] = "tail"
+    """how ``val_holdout`` holds out (the candidates' ``--val-split``)"""
     shrink: tuple[float, ...] = ()
     """also try each candidate blended with SJF: ``alpha * model + (1 - alpha) * sjf`` for each
     alpha given (``es.shrink_toward_sjf``); such a variant is named ``<candidate>~a<alpha>``"""
@@ -101,6 +103,7 @@ def select(args: SelectArgs) -> dict[str, Any]:
         backfill=args.backfill,
         workers=args.workers,
         val_holdout=args.val_holdout,
+        val_split=args.val_split,
     )
     windows = Windows.load(es).sample_validation(np.random.default_rng(args.seed), args.windows)
     shapes = Shapes(NUM_FEATURES, (h1, h2))
@@ -140,7 +143,12 @@ def select(args: SelectArgs) -> dict[str, Any]:
             f"(ties: the mean ratio), on {args.windows} validation windows per trace drawn with "
             f"seed {args.seed}"
             + (
-                f" from the held-out last {args.val_holdout:g} of each trace's allowed starts"
+                (
+                    f" from the held-out last {args.val_holdout:g} of each trace's allowed starts"
+                    if args.val_split == "tail"
+                    else f" from the held-out last {args.val_holdout:g} of every stretch of jobs"
+                    " between evaluation windows that holds two windows"
+                )
                 if args.val_holdout
                 else " from the training ranges"
             )

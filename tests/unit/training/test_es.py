@@ -22,12 +22,14 @@ from training.es import (
     Shapes,
     Windows,
     build_onnx,
+    covered,
     es_gradient,
     initial_theta,
     load_init_params,
     relative_cost,
     shrink_toward_sjf,
     split_holdout,
+    split_segments,
 )
 
 MODELS = Path(__file__).resolve().parents[3] / "models"
@@ -136,6 +138,36 @@ def test_held_out_validation_windows_share_no_job_with_training_windows() -> Non
     got_train, got_val = split_holdout(short, 1024, 0.3)
     assert got_train is short
     assert got_val is short
+
+
+def test_segment_hold_out_validates_in_every_stretch_long_enough_and_shares_no_job() -> None:
+    # three stretches between evaluation windows: jobs [0, 3000), [4000, 5500), [6000, 21000)
+    allowed = np.concatenate(
+        [np.arange(0, 3000 - 1023), np.arange(4000, 5500 - 1023), np.arange(6000, 21000 - 1023)]
+    ).astype(np.int64)
+    train, val = split_segments(allowed, 1024, 0.3)
+    train_jobs, val_jobs = covered(train, 1024), covered(val, 1024)
+    for a, b in train_jobs:
+        assert all(b <= c or d <= a for c, d in val_jobs)  # no job in both
+    # the first stretch gives its last 1024 jobs (one window), the third its last 30 %
+    assert val_jobs == [(1976, 3000), (16500, 21000)]
+    # the middle stretch (1500 jobs) cannot hold two windows: it only trains
+    assert (4000, 5500) in train_jobs
+    assert train_jobs == [(0, 1976), (4000, 5500), (6000, 16500)]
+    assert set(train) | set(val) <= set(allowed)
+    assert split_segments(allowed, 1024, 0.0)[1] is allowed
+    short = np.arange(0, 958, dtype=np.int64)
+    assert split_segments(short, 1024, 0.3)[1] is short
+
+
+def test_a_segment_held_out_card_lists_the_training_and_validation_jobs() -> None:
+    allowed = np.concatenate([np.arange(0, 3000 - 1023), np.arange(4000, 21000 - 1023)])
+    train, val = split_segments(allowed.astype(np.int64), 1024, 0.3)
+    windows = Windows(["t.swf"], [21_000], [[(3000, 4000)]], [train], [val], [True])
+    (row,) = windows.describe()
+    assert row["training_job_ranges"] == [[0, 1976], [4000, 15900]]
+    assert row["validation_job_ranges"] == [[1976, 3000], [15900, 21000]]
+    assert row["excluded_job_ranges"] == [[3000, 4000]]
 
 
 def test_without_a_hold_out_validation_draws_what_training_would() -> None:
