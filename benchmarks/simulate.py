@@ -39,7 +39,7 @@ from sim.vecenv import VectorSchedulingEnv
 
 ROOT = Path(__file__).resolve().parents[1]
 LUBLIN1 = ROOT / "data" / "lublin_256.swf.gz"
-KTH_DEFAULT = ROOT.parent / "shared" / "data" / "swf" / "KTH-SP2-1996-2.1-cln.swf.gz"
+KTH_DEFAULT = ROOT / "data" / "KTH-SP2-1996-2.1-cln.swf.gz"
 
 #: RLScheduler's own simulator on this kind of machine (issue 4): jobs/s, steps/s
 PUBLISHED = {("sjf", False): 85_000.0, ("sjf", True): 47_000.0, ("f1", False): 16_000.0,

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Regenerate docs/results.md and docs/results/ (tables + plots) with `kairos evaluate --report`.
-# Usage: scripts/results.sh [SHARED_SWF_DIR]   (default ../shared/data/swf; the Lublin traces come from data/)
+# Usage: scripts/results.sh [SWF_DIR]   (default data/, which holds every trace of the table)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swf=${1:-../shared/data/swf}
+swf=${1:-data}
 kairos=${KAIROS:-.venv/bin/kairos}
 out=docs/results
 # heuristics, the PPO stepping model, and the served defaults per backfilling mode (ADR 0003)
