@@ -18,7 +18,9 @@ for entry in "${traces[@]}"; do
   name=${entry%%:*}; path=${entry#*:}
   [ -f "$path" ] || { echo "skip $name: $path not found" >&2; continue; }
   for bf in easy none; do
-    "$kairos" evaluate --trace "$path" --policies "$policies" --backfill "$bf" --semantics kairos \
+    extra=""  # a site model (ADR 0069) is evaluated on its own trace, in its own mode
+    [ -d "$KAIROS_MODELS_DIR/hpc-kernel-$name" ] && [ "$bf" = easy ] && extra=",hpc-kernel-$name@1"
+    "$kairos" evaluate --trace "$path" --policies "$policies$extra" --backfill "$bf" --semantics kairos \
       --sequences 10 --length 1024 --seed 1 --workers 2 \
       --json "$out/$name-$bf.json" --report "$out/$name-$bf" >/dev/null
   done

@@ -54,6 +54,8 @@ class SelectArgs:
     """draw the windows from the held-out part of each trace (the candidates' ``--val-holdout``)"""
     val_split: Literal["tail", "segments"] = "tail"
     """how ``val_holdout`` holds out (the candidates' ``--val-split``)"""
+    eval_slices: tuple[int, ...] = (0, 10_000)
+    """the evaluation windows to keep out (the candidates' ``--eval-slices``)"""
     shrink: tuple[float, ...] = ()
     """also try each candidate blended with SJF: ``alpha * model + (1 - alpha) * sjf`` for each
     alpha given (``es.shrink_toward_sjf``); such a variant is named ``<candidate>~a<alpha>``"""
@@ -104,6 +106,7 @@ def select(args: SelectArgs) -> dict[str, Any]:
         workers=args.workers,
         val_holdout=args.val_holdout,
         val_split=args.val_split,
+        eval_slices=args.eval_slices,
     )
     windows = Windows.load(es).sample_validation(np.random.default_rng(args.seed), args.windows)
     shapes = Shapes(NUM_FEATURES, (h1, h2))

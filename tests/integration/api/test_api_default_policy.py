@@ -69,6 +69,14 @@ class TestDefaultPolicy:
         assert {("hpc-kernel", "3"), ("hpc-kernel-none", "1")} <= loaded
         assert ("hpc-kernel", "2") in loaded  # earlier versions stay servable by name@version
 
+    async def test_a_cluster_may_name_a_site_model(
+        self, client: httpx.AsyncClient, cid: str
+    ) -> None:
+        d = await _schedule_default_cluster(client, cid, policy="hpc-kernel-alcf-mira")
+        assert (d["policy"]["name"], d["policy"]["kind"]) == ("hpc-kernel-alcf-mira", "onnx")
+        assert d["fallback"] == {"used": False, "reason": None}
+        assert len(d["allocations"]) == 4
+
 
 @pytest.fixture
 async def client_without_model(

@@ -1,9 +1,10 @@
 """The shipped learned policies against the heuristics on the paper's Lublin protocol.
 
-These are the acceptance numbers of issue 5 that need only the traces in ``data/`` (the real
-traces are evaluated by ``scripts/results.sh`` into ``docs/results.md``): seed 1, 10 x 1024 jobs,
-average bounded slowdown, the served default of each backfilling mode under kairos semantics, and
-the rlscheduler-semantics models against RLScheduler's published RL column.
+These are the acceptance numbers of issue 5 (``scripts/results.sh`` writes the same cells into
+``docs/results.md``): seed 1, 10 x 1024 jobs, average bounded slowdown, the served default of each
+backfilling mode under kairos semantics on the Lublin traces and the real traces (with a site
+model where one is shipped), and the rlscheduler-semantics models against RLScheduler's published
+RL column.
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ from sim.traces.swf import SwfTrace, load_swf
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = ROOT / "models"
 LUBLIN = {"lublin-1": "lublin_256.swf.gz", "lublin-2": "lublin_256_new2.swf.gz"}
+REAL = {
+    "kth-sp2": "KTH-SP2-1996-2.1-cln.swf.gz",
+    "nasa-ipsc": "NASA-iPSC-1993-3.1-cln.swf.gz",
+    "alcf-mira": "ALCF-Mira-2018.swf.gz",
+}
+#: site models (ADR 0069): the EASY default tuned on one trace's own training windows
+SITE = {("alcf-mira", Backfill.EASY): "hpc-kernel-alcf-mira"}
+#: cells where no shipped model is yet at or below the best heuristic (SJF; ADR 0069)
+STILL_ABOVE = {("kth-sp2", Backfill.EASY)}
 HEURISTICS = ("fcfs", "sjf", "wfp3", "unicep", "f1")
 PUBLISHED_RL = {
     ("lublin-1", "none"): 254.67,
@@ -37,7 +47,7 @@ _traces: dict[str, SwfTrace] = {}
 
 def _trace(name: str) -> SwfTrace:
     if name not in _traces:
-        _traces[name] = load_swf(ROOT / "data" / LUBLIN[name])
+        _traces[name] = load_swf(ROOT / "data" / {**LUBLIN, **REAL}[name])
     return _traces[name]
 
 
@@ -53,8 +63,10 @@ def _protocol(
 
 
 def _default_model(backfill: Backfill) -> OnnxPolicy:
-    settings = Settings()
-    name = settings.default_policy_for(backfill.value)
+    return _newest(Settings().default_policy_for(backfill.value))
+
+
+def _newest(name: str) -> OnnxPolicy:
     directory = MODELS / name
     versions = [p.name for p in directory.iterdir()]
     version = max(versions, key=lambda v: [int(x) for x in v.split(".")])
@@ -83,3 +95,33 @@ def test_rlscheduler_model_against_the_published_rl_cell(trace: str, backfill: B
     policy = OnnxPolicy.load(MODELS / f"hpc-rls-{backfill.value}" / "1")
     learned = _protocol(_trace(trace), policy, backfill, "rlscheduler")
     assert learned <= PUBLISHED_RL[(trace, backfill.value)]
+
+
+def _ratio_to_best_heuristic(trace: str, policy: OnnxPolicy, backfill: Backfill) -> float:
+    learned = _protocol(_trace(trace), policy, backfill, "kairos")
+    best = min(_protocol(_trace(trace), h, backfill, "kairos") for h in HEURISTICS)
+    return learned / best
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trace", sorted(REAL))
+@pytest.mark.parametrize("backfill", [Backfill.EASY, Backfill.NONE])
+def test_learned_policy_against_the_best_heuristic_on_the_real_traces(
+    trace: str, backfill: Backfill
+) -> None:
+    site = SITE.get((trace, backfill))
+    policy = _newest(site) if site is not None else _default_model(backfill)
+    assert isinstance(policy, OnnxRankingPolicy)
+    ratio = _ratio_to_best_heuristic(trace, policy, backfill)
+    if (trace, backfill) in STILL_ABOVE:
+        assert ratio <= 1.10  # issue 5 still open for this cell: within 10 %, not at or below
+    else:
+        assert ratio <= 1.0  # issue 5: at or below the best heuristic on the real traces
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trace", sorted(REAL))
+def test_the_easy_default_is_never_more_than_ten_percent_above_on_the_real_traces(
+    trace: str,
+) -> None:
+    assert _ratio_to_best_heuristic(trace, _default_model(Backfill.EASY), Backfill.EASY) <= 1.10
