@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
@@ -26,6 +27,7 @@ from app.db.session import Database
 from app.gc_tuning import freeze_startup_heap, thaw
 from app.observability import Metrics
 from app.services.decision import DecisionService
+from app.services.idempotency import IdempotencyJanitor
 from app.settings import Settings, get_settings
 from app.ui import router as ui_router
 
@@ -65,12 +67,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             default_deadline_s=settings.DEFAULT_DEADLINE_MS / 1000.0, pipeline=pipeline
         )
         decisions.add_observer(metrics.observe_decision)
+        janitor = (
+            IdempotencyJanitor(
+                database,
+                ttl=timedelta(seconds=settings.IDEMPOTENCY_TTL_S),
+                interval_s=settings.IDEMPOTENCY_PURGE_INTERVAL_S,
+            )
+            if settings.IDEMPOTENCY_TTL_S > 0
+            else None
+        )
         try:
             if settings.AUTO_MIGRATE and await is_behind(engine):
                 logger.info("database schema is behind; upgrading to head")
                 await upgrade_to_head(engine)
             await decisions.start()
             writer.start()
+            if janitor is not None:
+                janitor.start()
             app.state.database = database
             app.state.decisions = decisions
             app.state.decision_writer = writer
@@ -80,6 +93,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             if settings.GC_FREEZE:
                 thaw()
+            if janitor is not None:
+                await janitor.close()
             await writer.close()
             await decisions.close()
             await database.dispose()

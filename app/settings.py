@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     DB_MAX_OVERFLOW: int = Field(default=20, ge=0)
     #: Seconds SQLite waits on a locked database before giving up.
     SQLITE_BUSY_TIMEOUT_S: float = Field(default=30.0, gt=0)
+    #: How long an ``Idempotency-Key`` is remembered (0: forever); past it the key is new again
+    #: and a background purge deletes it, every IDEMPOTENCY_PURGE_INTERVAL_S (ADR 0021).
+    IDEMPOTENCY_TTL_S: int = Field(default=86_400, ge=0)
+    IDEMPOTENCY_PURGE_INTERVAL_S: float = Field(default=600.0, gt=0)
     #: uvicorn worker processes for ``kairos serve``.
     WORKERS: int = Field(default=1, ge=1)
 

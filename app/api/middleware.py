@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from datetime import timedelta
 from typing import Any
 
 from starlette.requests import Request
@@ -209,6 +210,7 @@ class IdempotencyMiddleware:
         body: bytes = scope.get("state", {}).get("raw_body", b"")
         digest = idempotency.request_hash(scope["method"], scope["path"], body)
         database: Database = request.app.state.database
+        ttl_s: int = request.app.state.settings.IDEMPOTENCY_TTL_S
         stored = await idempotency.claim(
             database,
             tenant=tenant,
@@ -216,6 +218,7 @@ class IdempotencyMiddleware:
             method=scope["method"],
             path=scope["path"],
             digest=digest,
+            ttl=timedelta(seconds=ttl_s) if ttl_s > 0 else None,
         )
         if stored is not None:
             await self._answer_stored(send, stored, digest)

@@ -156,4 +156,6 @@ class IdempotencyKeyRecord(Base):
     status_code: Mapped[int] = mapped_column(Integer)
     response_body: Mapped[str] = mapped_column(Text)
     content_type: Mapped[str] = mapped_column(String(128))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), default=utc_now, index=True
+    )

@@ -8,14 +8,20 @@
    answer always finds it. Responses that must not be replayed (5xx, 401, 429) are
    :func:`release`\\ d instead, so the retry runs again.
 
-A row left in progress by a crashed process is taken over after :data:`STALE_AFTER`.
+A row left in progress by a crashed process is taken over after :data:`STALE_AFTER`.  A key lives
+for ``KAIROS_IDEMPOTENCY_TTL_S`` (24 h by default): after that a request with the same key runs as
+new, and :class:`IdempotencyJanitor` purges expired rows in batches (every replica may run one:
+a purge is idempotent).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from app.db.orm import IdempotencyKeyRecord
 from app.db.repositories.idempotency_repository import IN_PROGRESS, IdempotencyRepository
@@ -26,6 +32,10 @@ from app.domain.clock import utc_now
 NOT_STORED = frozenset({401, 429})
 #: An in-progress claim older than this belongs to a request that died.
 STALE_AFTER = timedelta(seconds=60)
+#: Rows deleted per purge transaction (short transactions: no long lock on the table).
+PURGE_BATCH = 1000
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +68,20 @@ def _stored(record: IdempotencyKeyRecord) -> StoredResponse:
 
 
 async def claim(
-    database: Database, *, tenant: str, key: str, method: str, path: str, digest: str
+    database: Database,
+    *,
+    tenant: str,
+    key: str,
+    method: str,
+    path: str,
+    digest: str,
+    ttl: timedelta | None = None,
 ) -> StoredResponse | None:
-    """None when this request now owns the key; else what the key already holds."""
+    """None when this request now owns the key; else what the key already holds.
+
+    With ``ttl``, a finished response stored longer ago than ``ttl`` has expired: this request
+    takes the key over and runs as new (whatever its body)."""
+    now = utc_now()
     async with database.transaction(write=True) as session:
         repo = IdempotencyRepository(session)
         record = IdempotencyKeyRecord(
@@ -72,6 +93,7 @@ async def claim(
             status_code=IN_PROGRESS,
             response_body="",
             content_type="",
+            created_at=now,
         )
         if await repo.add(record):
             return None
@@ -79,11 +101,68 @@ async def claim(
         if existing is None:  # released between our insert and read: take it
             await repo.add(record)
             return None
-        if existing.status_code == IN_PROGRESS and existing.request_hash == digest:
-            now = utc_now()
-            if await repo.restart(tenant, key, stale_before=now - STALE_AFTER, now=now):
+        if existing.status_code == IN_PROGRESS:
+            if existing.request_hash == digest and await repo.restart(
+                tenant, key, stale_before=now - STALE_AFTER, now=now
+            ):
                 return None
+            return _stored(existing)
+        if ttl is not None and await repo.renew(record, expired_before=now - ttl):
+            return None
+        if ttl is not None:  # not expired, or renewed by a concurrent request: read it again
+            current = await repo.get(tenant, key, fresh=True)
+            if current is None:  # purged meanwhile: take it
+                await repo.add(record)
+                return None
+            existing = current
         return _stored(existing)
+
+
+async def purge_expired(
+    database: Database, *, ttl: timedelta, now: datetime | None = None, batch: int = PURGE_BATCH
+) -> int:
+    """Delete every key row created more than ``ttl`` before ``now``, ``batch`` rows per
+    transaction; returns how many went."""
+    cutoff = (now or utc_now()) - ttl
+    total = 0
+    while True:
+        async with database.transaction(write=True) as session:
+            gone = await IdempotencyRepository(session).purge(created_before=cutoff, limit=batch)
+        total += gone
+        if gone < batch:
+            return total
+
+
+class IdempotencyJanitor:
+    """Purges expired keys every ``interval_s`` in the background of a serving process."""
+
+    def __init__(self, database: Database, *, ttl: timedelta, interval_s: float) -> None:
+        self.database = database
+        self.ttl = ttl
+        self.interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="kairos-idempotency-janitor")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                gone = await purge_expired(self.database, ttl=self.ttl)
+            except Exception:  # the database may be briefly away: try again next time
+                logger.exception("could not purge expired idempotency keys")
+                continue
+            if gone:
+                logger.info("purged %d expired idempotency keys", gone)
 
 
 async def complete(

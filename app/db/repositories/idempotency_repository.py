@@ -1,7 +1,9 @@
 """Stored responses of POSTs made with an ``Idempotency-Key``.
 
 A row is inserted (``status_code = 0``: in progress) before the request runs, completed with the
-response before the response is sent, and deleted when the response must not be replayed.
+response before the response is sent, and deleted when the response must not be replayed.  Rows
+older than the key lifetime are taken over by a new request (:meth:`IdempotencyRepository.renew`)
+and purged in batches (:meth:`IdempotencyRepository.purge`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,16 @@ class IdempotencyRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def get(self, tenant: str, key: str) -> IdempotencyKeyRecord | None:
+    async def get(
+        self, tenant: str, key: str, *, fresh: bool = False
+    ) -> IdempotencyKeyRecord | None:
+        """The row of (tenant, key); ``fresh``: as the database holds it now, even if this
+        session loaded it before."""
         stmt = select(IdempotencyKeyRecord).where(
             IdempotencyKeyRecord.tenant == tenant, IdempotencyKeyRecord.key == key
         )
+        if fresh:
+            stmt = stmt.execution_options(populate_existing=True)
         return (await self.session.execute(stmt)).scalar_one_or_none()
 
     async def add(self, record: IdempotencyKeyRecord) -> bool:
@@ -62,6 +70,46 @@ class IdempotencyRepository:
             .execution_options(synchronize_session=False)
         )
         return bool(getattr(result, "rowcount", 0))
+
+    async def renew(self, record: IdempotencyKeyRecord, *, expired_before: datetime) -> bool:
+        """Reuse the finished row of ``record``'s (tenant, key) for ``record`` (in progress) if
+        it was created before ``expired_before``; False when it was not (or another request
+        renewed it first: the condition is evaluated on the row as it is now)."""
+        result = await self.session.execute(
+            update(IdempotencyKeyRecord)
+            .where(
+                IdempotencyKeyRecord.tenant == record.tenant,
+                IdempotencyKeyRecord.key == record.key,
+                IdempotencyKeyRecord.status_code != IN_PROGRESS,
+                IdempotencyKeyRecord.created_at < expired_before,
+            )
+            .values(
+                method=record.method,
+                path=record.path,
+                request_hash=record.request_hash,
+                status_code=IN_PROGRESS,
+                response_body="",
+                content_type="",
+                created_at=record.created_at,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return bool(getattr(result, "rowcount", 0))
+
+    async def purge(self, *, created_before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` rows created before ``created_before``; how many went."""
+        oldest = (
+            select(IdempotencyKeyRecord.pk)
+            .where(IdempotencyKeyRecord.created_at < created_before)
+            .order_by(IdempotencyKeyRecord.created_at)
+            .limit(limit)
+        )
+        result = await self.session.execute(
+            delete(IdempotencyKeyRecord)
+            .where(IdempotencyKeyRecord.pk.in_(oldest))
+            .execution_options(synchronize_session=False)
+        )
+        return int(getattr(result, "rowcount", 0))
 
     async def remove(self, tenant: str, key: str) -> None:
         await self.session.execute(

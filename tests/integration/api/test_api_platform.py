@@ -6,11 +6,18 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from sqlalchemy import select, update
 
+from app.db.orm import IdempotencyKeyRecord
+from app.db.session import Database
+from app.domain.clock import utc_now
 from app.main import create_app
+from app.services import idempotency
 from app.settings import Settings
 from tests.conftest import open_client
 from tests.factories import cluster_body, job_spec, make_cluster
@@ -190,6 +197,101 @@ class TestIdempotencyKey:
         b = await client.post(f"/v1/clusters/{cid}/jobs", json=job_spec("x"), headers=key)
         assert (a.status_code, b.status_code) == (201, 201)  # the stored 201 is replayed
         assert b.json() == a.json()
+
+
+async def _age_key(app: FastAPI, key: str, by: timedelta) -> None:
+    """Move the key's row ``by`` into the past, as if it had been stored then."""
+    database: Database = app.state.database
+    async with database.transaction(write=True) as session:
+        await session.execute(
+            update(IdempotencyKeyRecord)
+            .where(IdempotencyKeyRecord.key == key)
+            .values(created_at=utc_now() - by)
+        )
+
+
+async def _key_rows(app: FastAPI, *keys: str) -> set[str]:
+    database: Database = app.state.database
+    async with database.transaction(write=False) as session:
+        stmt = select(IdempotencyKeyRecord.key).where(IdempotencyKeyRecord.key.in_(keys))
+        return set((await session.execute(stmt)).scalars())
+
+
+class TestIdempotencyKeyExpiry:
+    async def test_an_expired_key_runs_as_new(
+        self, app: FastAPI, client: httpx.AsyncClient, cid: str
+    ) -> None:
+        await make_cluster(client, cid, nodes=1)
+        await client.post(f"/v1/clusters/{cid}/jobs", json=job_spec("a"))
+        key = f"exp-{cid}"
+        url = f"/v1/clusters/{cid}/schedule"
+        first = await client.post(url, json={"dry_run": True}, headers={"Idempotency-Key": key})
+        assert first.status_code == 200
+        await _age_key(app, key, timedelta(hours=23))  # inside the 24 h lifetime: replayed
+        again = await client.post(url, json={"dry_run": True}, headers={"Idempotency-Key": key})
+        assert again.headers["idempotent-replayed"] == "true"
+        _is_error(
+            await client.post(url, json={}, headers={"Idempotency-Key": key}),
+            409,
+            "idempotency_key_reused",
+        )
+        await _age_key(app, key, timedelta(hours=25))  # past it: the key is new again
+        later = await client.post(url, json={}, headers={"Idempotency-Key": key})
+        assert later.status_code == 200, later.text
+        assert "idempotent-replayed" not in later.headers
+        assert later.json()["id"] != first.json()["id"]
+        replay = await client.post(url, json={}, headers={"Idempotency-Key": key})
+        assert replay.headers["idempotent-replayed"] == "true"  # and stores its new response
+        assert replay.json() == later.json()
+
+    async def test_ttl_zero_remembers_forever(self, settings: Settings, cid: str) -> None:
+        app = create_app(settings.model_copy(update={"IDEMPOTENCY_TTL_S": 0}))
+        async for client in open_client(app):
+            await make_cluster(client, cid)
+            key = f"forever-{cid}"
+            spec = job_spec("x")
+            a = await client.post(
+                f"/v1/clusters/{cid}/jobs", json=spec, headers={"Idempotency-Key": key}
+            )
+            await _age_key(app, key, timedelta(days=400))
+            b = await client.post(
+                f"/v1/clusters/{cid}/jobs", json=spec, headers={"Idempotency-Key": key}
+            )
+            assert b.headers["idempotent-replayed"] == "true"
+            assert b.json() == a.json()
+
+    async def test_purge_deletes_only_expired_keys_in_batches(
+        self, app: FastAPI, client: httpx.AsyncClient, cid: str
+    ) -> None:
+        await make_cluster(client, cid)
+        keys = [f"p{i}-{cid}" for i in range(5)]
+        for i, key in enumerate(keys):
+            r = await client.post(
+                f"/v1/clusters/{cid}/jobs", json=job_spec(f"j{i}"), headers={"Idempotency-Key": key}
+            )
+            assert r.status_code == 201
+        for key in keys[:3]:
+            await _age_key(app, key, timedelta(days=2))
+        await _age_key(app, keys[3], timedelta(hours=12))
+        gone = await idempotency.purge_expired(app.state.database, ttl=timedelta(days=1), batch=2)
+        assert gone >= 3  # other tests' aged rows on the shared Postgres may go too
+        assert await _key_rows(app, *keys) == set(keys[3:])
+
+    async def test_the_service_purges_in_the_background(self, settings: Settings, cid: str) -> None:
+        app = create_app(settings.model_copy(update={"IDEMPOTENCY_PURGE_INTERVAL_S": 0.05}))
+        async for client in open_client(app):
+            await make_cluster(client, cid)
+            old, fresh = f"old-{cid}", f"fresh-{cid}"
+            for key, job in ((old, "a"), (fresh, "b")):
+                await client.post(
+                    f"/v1/clusters/{cid}/jobs", json=job_spec(job), headers={"Idempotency-Key": key}
+                )
+            await _age_key(app, old, timedelta(days=2))
+            for _ in range(200):  # the janitor runs every 50 ms; give a loaded machine 10 s
+                if await _key_rows(app, old, fresh) == {fresh}:
+                    break
+                await asyncio.sleep(0.05)
+            assert await _key_rows(app, old, fresh) == {fresh}
 
 
 @pytest.fixture
