@@ -244,6 +244,27 @@ class TestIdempotencyKeyExpiry:
         assert replay.headers["idempotent-replayed"] == "true"  # and stores its new response
         assert replay.json() == later.json()
 
+    async def test_concurrent_retries_of_an_expired_key_decide_once(
+        self, app: FastAPI, client: httpx.AsyncClient, cid: str
+    ) -> None:
+        await make_cluster(client, cid, nodes=1)
+        await client.post(f"/v1/clusters/{cid}/jobs", json=job_spec("a"))
+        key = {"Idempotency-Key": f"exp-dup-{cid}"}
+        url = f"/v1/clusters/{cid}/schedule"
+        first = await client.post(url, json={"dry_run": True}, headers=key)
+        await _age_key(app, key["Idempotency-Key"], timedelta(days=2))
+        answers = await asyncio.gather(*(client.post(url, json={}, headers=key) for _ in range(6)))
+        assert {r.status_code for r in answers} <= {200, 409}
+        ids = {r.json()["id"] for r in answers if r.status_code == 200}
+        assert len(ids) == 1
+        assert first.json()["id"] not in ids
+        for r in answers:
+            if r.status_code == 409:
+                assert r.json()["error"]["code"] == "idempotency_key_in_progress"
+        page = (await client.get(f"/v1/clusters/{cid}/decisions")).json()
+        stored = {d["id"] for d in page["items"]}
+        assert stored == ids | {first.json()["id"]}  # the first (dry) run and one more
+
     async def test_ttl_zero_remembers_forever(self, settings: Settings, cid: str) -> None:
         app = create_app(settings.model_copy(update={"IDEMPOTENCY_TTL_S": 0}))
         async for client in open_client(app):
