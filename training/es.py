@@ -101,6 +101,15 @@ class EsArgs:
     """add this times the mean over windows of ``max(0, log(bsld / best heuristic's bsld))``:
     a price on every window the candidate loses, so wins on some windows cannot pay for large
     losses on others (the evaluation's few windows then rarely land above the heuristic)"""
+    window_sampling: Literal["uniform", "reference"] = "uniform"
+    """how training windows are drawn: ``uniform`` over the allowed starts; ``reference``, in
+    proportion to the best heuristic's bsld on them (importance sampling: the protocol's ratio
+    of sums weighs each window by that bsld, so congested windows are drawn as often as they
+    weigh; each trace's cost is then the log of the mean per-window ratio, which estimates the
+    same ratio of sums with less variance)"""
+    sampling_stride: int = 64
+    """with ``window_sampling=reference``: the grid of candidate starts (every this many allowed
+    starts), each scored once by every heuristic before training"""
     init_params: str | None = None
     """start from these parameters instead of SJF: a run's ``best.npz``, or a shipped ranking
     model (its folder or its ``policy.onnx``, e.g. ``models/hpc-kernel/3`` to tune the default
@@ -517,6 +526,7 @@ def relative_cost(
     traces: Sequence[int],
     worst_weight: float = 0.0,
     window_loss_weight: float = 0.0,
+    importance: bool = False,
 ) -> float:
     """``(1 - w) * mean + w * max`` over traces of ``log(sum of the candidate's bsld / sum of
     the reference's)``, plus ``window_loss_weight`` times the mean over windows of
@@ -525,11 +535,16 @@ def relative_cost(
     Summing per trace matches the protocol's mean over windows (heavy windows weigh more);
     the log ratio puts every trace on the same scale; ``worst_weight`` w > 0 stops one trace's
     gain from paying for another's loss, ``window_loss_weight`` one window's for another's.
+    ``importance``: the windows were drawn in proportion to ``reference``, so the ratio of sums
+    over all windows is estimated by the mean of the per-window ratios.
     """
     out = []
     for k in sorted(set(traces)):
         idx = [i for i, t in enumerate(traces) if t == k]
-        out.append(math.log(sum(values[i] for i in idx) / sum(reference[i] for i in idx)))
+        if importance:
+            out.append(math.log(float(np.mean([values[i] / reference[i] for i in idx]))))
+        else:
+            out.append(math.log(sum(values[i] for i in idx) / sum(reference[i] for i in idx)))
     cost = (1.0 - worst_weight) * np.mean(out) + worst_weight * np.max(out)
     if window_loss_weight:
         losses = [max(0.0, math.log(v / r)) for v, r in zip(values, reference, strict=True)]
@@ -553,6 +568,51 @@ def best_reference(
         for i in idx:
             ref[i] = per[name][i]
     return ref, best
+
+
+@dataclass
+class ReferenceSampler:
+    """Training windows drawn in proportion to the best heuristic's bsld on them.
+
+    Every ``stride``-th allowed start of every trace is replayed once by every heuristic; the
+    heuristic best on a trace's whole grid is its reference, and a window's draw probability
+    within its trace is its reference bsld over the trace's total.
+    """
+
+    grid: list[list[int]]
+    reference: list[npt.NDArray[np.float64]]
+    best: dict[int, str]
+
+    @classmethod
+    def build(
+        cls, evaluator: Evaluator, windows: Windows, stride: int, length: int, mode: str
+    ) -> ReferenceSampler:
+        cells = [(k, int(s)) for k, starts in enumerate(windows.starts) for s in starts[::stride]]
+        ref, best = best_reference(evaluator, cells, length, mode)
+        grid: list[list[int]] = [[] for _ in windows.starts]
+        values: list[list[float]] = [[] for _ in windows.starts]
+        for (k, s), r in zip(cells, ref, strict=True):
+            grid[k].append(s)
+            values[k].append(r)
+        return cls(grid, [np.asarray(v, dtype=np.float64) for v in values], best)
+
+    def sample(
+        self, rng: np.random.Generator, per_trace: int
+    ) -> tuple[list[tuple[int, int]], list[float]]:
+        """``per_trace`` windows of every trace and their reference bsld."""
+        batch: list[tuple[int, int]] = []
+        ref: list[float] = []
+        for k, (starts, values) in enumerate(zip(self.grid, self.reference, strict=True)):
+            for i in rng.choice(len(starts), size=per_trace, p=values / values.sum()):
+                batch.append((k, starts[int(i)]))
+                ref.append(float(values[int(i)]))
+        return batch, ref
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "grid_windows": [len(g) for g in self.grid],
+            "reference_heuristic": {str(k): h for k, h in self.best.items()},
+        }
 
 
 def centred_ranks(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -612,14 +672,23 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
             )
             return cost, values
 
+        importance = args.window_sampling == "reference"
+        sampler = (
+            ReferenceSampler.build(evaluator, windows, args.sampling_stride, length, mode)
+            if importance
+            else None
+        )
         best_cost, best_values = validate(theta)
         best_theta, best_gen = theta.copy(), 0
         _log(args, 0, {"val_cost": best_cost})
         for gen in range(1, args.generations + 1):
             if args.time_budget_s and time.time() - args.started > args.time_budget_s:
                 break
-            batch = windows.sample(rng, args.windows_per_trace)
-            ref, _ = best_reference(evaluator, batch, length, mode)
+            if sampler is not None:
+                batch, ref = sampler.sample(rng, args.windows_per_trace)
+            else:
+                batch = windows.sample(rng, args.windows_per_trace)
+                ref, _ = best_reference(evaluator, batch, length, mode)
             traces = [k for k, _ in batch]
             eps = rng.standard_normal((args.pairs, theta.size))
             candidates = [theta + args.sigma * e for e in eps]
@@ -635,6 +704,7 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
                         traces,
                         args.worst_weight,
                         args.window_loss_weight,
+                        importance,
                     )
                     for i in range(len(candidates))
                 ]
@@ -672,6 +742,13 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
         "algorithm": "evolution strategies (OpenAI-ES: antithetic sampling, centred ranks, Adam)"
         " on the simulator's fast twin (sim/kairos_fast.py), objective: mean over traces of"
         " log(sum of bsld / sum of the best heuristic's bsld) on shared 1024-job windows"
+        + (
+            f" (windows drawn in proportion to the best heuristic's bsld on a grid of every"
+            f" {args.sampling_stride}th allowed start, the ratio of sums estimated by the mean"
+            " per-window ratio)"
+            if importance
+            else ""
+        )
         + (f" (worst-trace weight {args.worst_weight})" if args.worst_weight else "")
         + (
             f", plus {args.window_loss_weight} x mean over windows of"
@@ -690,6 +767,7 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
         ],
         "validation": per_trace,
         "validation_cost": best_cost,
+        **({"window_sampling": sampler.describe()} if sampler is not None else {}),
         "best_generation": best_gen,
         "generations_run": len(history),
         "training_time_s": round(time.time() - args.started, 1),

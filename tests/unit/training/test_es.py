@@ -19,6 +19,7 @@ from tests.fixtures.onnx_models import card
 from training.es import (
     EsArgs,
     NumpyRanker,
+    ReferenceSampler,
     Shapes,
     Windows,
     build_onnx,
@@ -121,6 +122,47 @@ def test_the_window_loss_term_prices_only_the_windows_a_candidate_loses() -> Non
     assert relative_cost(better, reference, traces, window_loss_weight=2.0) == pytest.approx(
         relative_cost(better, reference, traces)
     )
+
+
+def test_importance_sampled_windows_estimate_the_ratio_of_sums() -> None:
+    # windows drawn in proportion to the reference: the mean per-window ratio estimates the
+    # ratio of sums over all windows, which the uniform cost computes when it sees them all
+    reference = np.array([1.0, 1.0, 8.0])
+    values = np.array([3.0, 1.0, 4.0])
+    sampler = ReferenceSampler([[0, 64, 128]], [reference], {0: "sjf"})
+    batch, ref = sampler.sample(np.random.default_rng(0), 20_000)
+    drawn = np.array([s for _, s in batch]) // 64
+    assert np.bincount(drawn, minlength=3) / len(drawn) == pytest.approx([0.1, 0.1, 0.8], abs=0.01)
+    assert ref == [float(reference[i]) for i in drawn]  # each window comes with its reference
+    estimate = relative_cost(list(values[drawn]), ref, [0] * len(ref), importance=True)
+    exact = relative_cost(list(values), list(reference), [0, 0, 0])
+    assert exact == pytest.approx(np.log(8.0 / 10.0))
+    assert estimate == pytest.approx(exact, abs=0.01)
+    # the estimate is the log of the mean per-window ratio of the windows it is given
+    assert relative_cost([3.0, 4.0], [1.0, 8.0], [0, 0], importance=True) == pytest.approx(
+        np.log((3.0 + 0.5) / 2)
+    )
+
+
+def test_the_reference_grid_holds_only_training_starts() -> None:
+    args = EsArgs(
+        trace=(str(DATA / "lublin_256.swf.gz"),),
+        eval_slices=(0,),
+        workers=1,
+        episode_length=256,
+        val_holdout=0.3,
+    )
+    windows = Windows.load(args)
+    # a stub evaluator: the reference of a window is its start (every heuristic alike)
+
+    class Starts:
+        def run(self, tasks: list[tuple[object, int, int, int, str]]) -> list[float]:
+            return [float(start + 1) for _, _, start, _, _ in tasks]
+
+    sampler = ReferenceSampler.build(Starts(), windows, 97, 256, "easy/kairos")  # type: ignore[arg-type]
+    assert sampler.grid[0] == [int(s) for s in windows.starts[0][::97]]
+    assert set(sampler.grid[0]) <= set(windows.starts[0].tolist())  # never a validation start
+    assert sampler.reference[0].tolist() == [s + 1.0 for s in sampler.grid[0]]
 
 
 def test_held_out_validation_windows_share_no_job_with_training_windows() -> None:
