@@ -39,7 +39,8 @@ fallback, and records every decision.
 
 Errors always have the shape `{"error": {"code", "message", "details"}}`. When the service runs
 with `KAIROS_API_KEYS`, every `/v1` call needs `Authorization: Bearer <key>`. Every `POST` honours
-an `Idempotency-Key` header."""
+an `Idempotency-Key` header: a repeat within the key's lifetime (24 h by default) replays the first
+response."""
 
 
 def operation_id(route: APIRoute) -> str:
