@@ -14,7 +14,10 @@ PREVIOUS = "hpc-kernel@2"
 DEFAULT = {"easy": "hpc-kernel@3", "none": "hpc-kernel-none@1"}
 RLS_MODEL = {"easy": "hpc-rls-easy", "none": "hpc-rls-none"}
 #: site models (ADR 0069): the EASY default tuned on one trace's own training windows
-SITE = {("alcf-mira", "easy"): "hpc-kernel-alcf-mira@1"}
+SITE = {
+    ("alcf-mira", "easy"): "hpc-kernel-alcf-mira@1",
+    ("kth-sp2", "easy"): "hpc-kernel-kth-sp2@1",
+}
 TRACES = ["lublin-1", "lublin-2", "kth-sp2", "nasa-ipsc", "alcf-mira"]
 # RLScheduler (SC'20) README tables V/VI: RL column, avg bounded slowdown (rlscheduler semantics).
 PUBLISHED_RL = {

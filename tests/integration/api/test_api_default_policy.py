@@ -69,11 +69,12 @@ class TestDefaultPolicy:
         assert {("hpc-kernel", "3"), ("hpc-kernel-none", "1")} <= loaded
         assert ("hpc-kernel", "2") in loaded  # earlier versions stay servable by name@version
 
+    @pytest.mark.parametrize("site", ["hpc-kernel-alcf-mira", "hpc-kernel-kth-sp2"])
     async def test_a_cluster_may_name_a_site_model(
-        self, client: httpx.AsyncClient, cid: str
+        self, client: httpx.AsyncClient, cid: str, site: str
     ) -> None:
-        d = await _schedule_default_cluster(client, cid, policy="hpc-kernel-alcf-mira")
-        assert (d["policy"]["name"], d["policy"]["kind"]) == ("hpc-kernel-alcf-mira", "onnx")
+        d = await _schedule_default_cluster(client, cid, policy=site)
+        assert (d["policy"]["name"], d["policy"]["kind"]) == (site, "onnx")
         assert d["fallback"] == {"used": False, "reason": None}
         assert len(d["allocations"]) == 4
 

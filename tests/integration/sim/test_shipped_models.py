@@ -31,9 +31,10 @@ REAL = {
     "alcf-mira": "ALCF-Mira-2018.swf.gz",
 }
 #: site models (ADR 0069): the EASY default tuned on one trace's own training windows
-SITE = {("alcf-mira", Backfill.EASY): "hpc-kernel-alcf-mira"}
-#: cells where no shipped model is yet at or below the best heuristic (SJF; ADR 0069)
-STILL_ABOVE = {("kth-sp2", Backfill.EASY)}
+SITE = {
+    ("alcf-mira", Backfill.EASY): "hpc-kernel-alcf-mira",
+    ("kth-sp2", Backfill.EASY): "hpc-kernel-kth-sp2",
+}
 HEURISTICS = ("fcfs", "sjf", "wfp3", "unicep", "f1")
 PUBLISHED_RL = {
     ("lublin-1", "none"): 254.67,
@@ -118,11 +119,7 @@ def test_learned_policy_against_the_best_heuristic_on_the_real_traces(
     site = SITE.get((trace, backfill))
     policy = _newest(site) if site is not None else _default_model(backfill)
     assert isinstance(policy, OnnxRankingPolicy)
-    ratio = _ratio_to_best_heuristic(trace, policy, backfill)
-    if (trace, backfill) in STILL_ABOVE:
-        assert ratio <= 1.10  # issue 5 still open for this cell: within 10 %, not at or below
-    else:
-        assert ratio <= 1.0  # issue 5: at or below the best heuristic on the real traces
+    assert _ratio_to_best_heuristic(trace, policy, backfill) <= 1.0  # issue 5, real traces
 
 
 @pytest.mark.slow
