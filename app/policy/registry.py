@@ -105,6 +105,9 @@ class PolicyRegistry:
         self._entries: dict[tuple[str, str], ModelEntry] = {}
         self._misses: dict[str, float] = {}
         self._lock = threading.Lock()
+        #: bumped (under the lock) whenever an entry is added or the directory rescanned, so
+        #: callers may cache what they derive from :meth:`entries`
+        self.generation = 0
 
     # ------------------------------------------------------------------ loading
 
@@ -132,6 +135,7 @@ class PolicyRegistry:
                     found[(entry.name, entry.version)] = entry
         with self._lock:
             self._entries = found
+            self.generation += 1
         return self.entries()
 
     def install(self, model: bytes, card: bytes) -> ModelEntry:
@@ -166,6 +170,7 @@ class PolicyRegistry:
                 name, version, target, policy, sha256=policy.sha256, card=dict(policy.card.raw)
             )
             self._entries[(name, version)] = entry
+            self.generation += 1
         return entry
 
     # ------------------------------------------------------------------ lookup
@@ -218,7 +223,9 @@ class PolicyRegistry:
                 continue
             loaded = self._load(name, v, directory)
             with self._lock:
-                self._entries.setdefault((name, v), loaded)
+                if (name, v) not in self._entries:
+                    self._entries[(name, v)] = loaded
+                    self.generation += 1
         return self.find(spec)
 
     def names(self) -> Iterable[str]:

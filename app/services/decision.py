@@ -39,6 +39,7 @@ from app.domain.types import (
     Backfill,
     ClusterState,
     Decision,
+    Job,
     PlacementStrategy,
     PolicyRef,
 )
@@ -126,42 +127,67 @@ def _names_heuristic(name: str) -> bool:
     return base in HEURISTIC_CLASSES and (version is None or version == HEURISTIC_VERSION)
 
 
+def _check_shape(
+    job: Job, alloc: Allocation, finished: frozenset[str], problems: list[str]
+) -> None:
+    """Dependencies, task count and single-node of one allocation."""
+    if job.depends_on and any(d not in finished for d in job.depends_on):
+        problems.append(f"job {job.id!r} has unfinished dependencies")
+    placements = alloc.placements
+    total = 0
+    nonpositive = False
+    for p in placements:
+        total += p.tasks
+        nonpositive = nonpositive or p.tasks < 1
+    if total != job.tasks or nonpositive:
+        problems.append(f"job {job.id!r}: placements do not hold exactly {job.tasks} tasks")
+    if job.single_node and len(placements) > 1 and len({p.node_id for p in placements}) > 1:
+        problems.append(f"job {job.id!r} is single-node but spans nodes")
+
+
 def check_decision(state: ClusterState, decision: Decision) -> list[str]:
-    """Invariant violations of ``decision`` on ``state`` (empty when safe to apply)."""
+    """Invariant violations of ``decision`` on ``state`` (empty when safe to apply).
+
+    Runs on every decision the pipeline returns (a worker's reply crossed a process boundary),
+    so it is written for speed: one pass over the placements, capacity checked only on the
+    nodes that receive tasks.
+    """
     problems: list[str] = []
+    allocations = decision.allocations
+    if not allocations:
+        return problems
     pending = {j.id: j for j in state.pending}
     nodes = {n.id: n for n in state.nodes}
-    used = {n.id: dict(n.allocated) for n in state.nodes}
+    finished = state.finished
+    added: dict[str, dict[str, float]] = {}
     seen: set[str] = set()
-    for alloc in decision.allocations:
+    for alloc in allocations:
         job = pending.get(alloc.job_id)
         if job is None or alloc.job_id in seen:
             problems.append(f"job {alloc.job_id!r} is not pending or allocated twice")
             continue
         seen.add(alloc.job_id)
-        if any(d not in state.finished for d in job.depends_on):
-            problems.append(f"job {job.id!r} has unfinished dependencies")
-        if sum(p.tasks for p in alloc.placements) != job.tasks or any(
-            p.tasks < 1 for p in alloc.placements
-        ):
-            problems.append(f"job {job.id!r}: placements do not hold exactly {job.tasks} tasks")
-        if job.single_node and len({p.node_id for p in alloc.placements}) > 1:
-            problems.append(f"job {job.id!r} is single-node but spans nodes")
+        _check_shape(job, alloc, finished, problems)
+        per_task = job.per_task.items()
         for p in alloc.placements:
             node = nodes.get(p.node_id)
             if node is None or node.state != "up":
                 problems.append(f"job {job.id!r} placed on unavailable node {p.node_id!r}")
                 continue
-            u = used[p.node_id]
-            for name, d in job.per_task.items():
-                u[name] = u.get(name, 0.0) + d * p.tasks
-    for node_id, u in used.items():
-        cap = nodes[node_id].capacity
-        before = nodes[node_id].allocated
-        for name, a in u.items():
+            grown = added.get(p.node_id)
+            if grown is None:
+                grown = added[p.node_id] = {}
+            for name, d in per_task:
+                grown[name] = grown.get(name, 0.0) + d * p.tasks
+    for node_id, grown in added.items():
+        node = nodes[node_id]
+        cap = node.capacity
+        before = node.allocated
+        for name, extra in grown.items():
+            b = float(before.get(name, 0.0))
+            a = b + extra
             c = float(cap.get(name, 0.0))
-            grew = a > float(before.get(name, 0.0)) + FIT_EPS
-            if grew and a > c + FIT_EPS * max(1.0, c):
+            if a > b + FIT_EPS and a > c + FIT_EPS * max(1.0, c):
                 problems.append(f"node {node_id!r} over capacity on {name}")
     return problems
 
@@ -186,6 +212,8 @@ class DecisionService:
         self._observers: list[Callable[[DecisionOutcome], None]] = []
         #: the decision pipeline (ONNX models, batching, Redis); None: heuristics in a thread
         self.pipeline = pipeline
+        #: (registry generation, policy list) of the last :meth:`policies` call
+        self._policies: tuple[int, list[PolicyInfo]] | None = None
 
     async def start(self) -> None:
         """Load policies, connect transports. Heuristics need nothing."""
@@ -204,6 +232,14 @@ class DecisionService:
     # -- catalogue -----------------------------------------------------------------------------
 
     def policies(self) -> list[PolicyInfo]:
+        # asked on every decide (``knows``): rebuilt only when the registry changed
+        generation = -1 if self.pipeline is None else self.pipeline.registry.generation
+        cached = self._policies
+        if cached is None or cached[0] != generation:
+            cached = self._policies = (generation, self._list_policies())
+        return list(cached[1])
+
+    def _list_policies(self) -> list[PolicyInfo]:
         heuristics = [
             PolicyInfo(
                 name=name,
