@@ -11,15 +11,19 @@ lone caller never pays ``max_wait_ms``; requests that arrive while a batch is be
 queue up and form the next batch (natural batching), and once batches hold several items the
 batcher waits again to fill them.
 
-The handler gets the batch's items and returns one result per item, in order.  If it raises,
-every item of that batch gets the exception (handlers that must isolate items, like
-:func:`app.policy.selector.decide_many`, catch per item themselves).
+The handler gets the batch's items and a :class:`BatchControl`, and returns one result per item,
+in order.  If it raises, every item of that batch gets the exception (handlers that must isolate
+items, like :func:`app.policy.selector.decide_many`, catch per item themselves).  Through the
+control a handler may answer an item as soon as it is done (``deliver``), before the rest of its
+batch, and may skip an item whose caller has given up (``wanted``: its wait timed out or was
+cancelled), so an abandoned request costs no work once its batch reaches it (ADR 0071).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -29,7 +33,6 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-BatchHandler = Callable[[Sequence[T]], Sequence[R]]
 BatchObserver = Callable[[int, float], None]
 
 
@@ -41,6 +44,50 @@ class BatcherClosedError(RuntimeError):
 class _Pending(Generic[T, R]):
     item: T
     future: asyncio.Future[R]
+
+
+class BatchControl(Generic[R]):
+    """What a batch handler may do with its batch's callers while it runs (in its thread)."""
+
+    __slots__ = ("_futures", "_lock", "_loop", "_ready", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, futures: Sequence[asyncio.Future[R]]):
+        self._loop = loop
+        self._futures = futures
+        self._lock = threading.Lock()
+        self._ready: list[tuple[int, R]] = []
+        self._scheduled = False
+
+    def wanted(self, index: int) -> bool:
+        """False once item ``index``'s caller has its answer or gave up (cancelled, timed out).
+
+        Reads the future's state from the handler's thread: a stale ``True`` only costs the
+        work the check would have saved.
+        """
+        return not self._futures[index].done()
+
+    def deliver(self, index: int, result: R) -> None:
+        """Answer item ``index`` now; its entry in the handler's returned list is then ignored.
+
+        Results delivered while the loop has not yet run the previous hand-over go with it:
+        one wake-up of the loop per burst, not per item, when the loop is busy.
+        """
+        with self._lock:
+            self._ready.append((index, result))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._loop.call_soon_threadsafe(self._hand_over)
+
+    def _hand_over(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+            self._scheduled = False
+        for index, result in ready:
+            _resolve(self._futures[index], result)
+
+
+BatchHandler = Callable[[Sequence[T], BatchControl[R]], Sequence[R]]
 
 
 class MicroBatcher(Generic[T, R]):
@@ -141,9 +188,10 @@ class MicroBatcher(Generic[T, R]):
     async def _handle(self, live: list[_Pending[T, R]]) -> None:
         items = [p.item for p in live]
         loop = asyncio.get_running_loop()
+        control: BatchControl[R] = BatchControl(loop, [p.future for p in live])
         started = time.perf_counter()
         try:
-            results = await loop.run_in_executor(self._executor, self._handler, items)
+            results = await loop.run_in_executor(self._executor, self._handler, items, control)
             if len(results) != len(items):
                 raise RuntimeError(
                     f"batch handler returned {len(results)} results for {len(items)} items"
@@ -169,6 +217,11 @@ class MicroBatcher(Generic[T, R]):
             live = [p for p in batch if not p.future.cancelled()]
             if live:
                 await self._handle(live)
+
+
+def _resolve(future: asyncio.Future[R], result: R) -> None:
+    if not future.done():
+        future.set_result(result)
 
 
 def _fail(pendings: list[_Pending[T, R]], exc: BaseException) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from app.batching.batcher import BatcherClosedError, MicroBatcher
+from app.batching.batcher import BatchControl, BatcherClosedError, MicroBatcher
 from app.batching.redis_transport import QueueUnavailableError, RedisQueue, StreamKeys
 from app.domain.heuristics import HEURISTIC_CLASSES
 from app.policy.onnx_policy import RuntimeOptions
@@ -92,9 +92,23 @@ class DecisionPipeline:
         if options.redis_url:
             self.queue = RedisQueue(options.redis_url, StreamKeys(options.redis_prefix))
 
-    def _decide_batch(self, requests: Sequence[DecisionRequest]) -> list[DecisionOutcome]:
+    def _decide_batch(
+        self,
+        requests: Sequence[DecisionRequest],
+        control: BatchControl[DecisionOutcome] | None = None,
+    ) -> list[DecisionOutcome]:
+        if control is None:
+            return decide_many(
+                requests, self.registry, fallback_reserve_s=self.options.fallback_reserve_s
+            )
+        # answer each request as soon as it is decided, and skip the ones whose wait has
+        # already ended in the fallback (ADR 0071)
         return decide_many(
-            requests, self.registry, fallback_reserve_s=self.options.fallback_reserve_s
+            requests,
+            self.registry,
+            fallback_reserve_s=self.options.fallback_reserve_s,
+            wanted=control.wanted,
+            deliver=control.deliver,
         )
 
     def _observe_local_batch(self, size: int, _seconds: float) -> None:
@@ -198,6 +212,10 @@ class DecisionPipeline:
         return outcomes[0]
 
     async def _fallback(self, request: DecisionRequest, detail: str) -> DecisionOutcome:
+        # a small fallback is decided on the event loop, like any small heuristic request (ADR
+        # 0055): under overload a thread hop per expired request only adds GIL hand-offs
+        if _cells(request) <= self.options.inline_max_cells:
+            return fallback_outcome(request, FallbackReason.DEADLINE_EXCEEDED, detail)
         return await asyncio.to_thread(
             fallback_outcome, request, FallbackReason.DEADLINE_EXCEEDED, detail
         )

@@ -23,6 +23,7 @@ This module is synchronous and CPU-bound: call it from a thread (the :class:`Mic
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -51,9 +52,18 @@ from app.policy.onnx_policy import (
 )
 from app.policy.registry import PolicyRegistry
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_FALLBACK = "f1"
 #: Time kept in hand for the fallback heuristic when judging whether the deadline would pass.
 DEFAULT_FALLBACK_RESERVE_S = 0.003
+#: ``error_type`` of the outcome of a request dropped because its caller gave up
+ABANDONED = "RequestAbandoned"
+
+#: ``wanted(i)``: is request ``i``'s caller still waiting? (see :func:`decide_many`)
+Wanted = Callable[[int], bool]
+#: ``deliver(i, outcome)``: answer request ``i`` now (see :func:`decide_many`)
+Deliver = Callable[[int, "DecisionOutcome"], None]
 
 
 class FallbackReason(StrEnum):
@@ -120,10 +130,12 @@ class _Slot:
     failure: FallbackReason | None = None
     detail: str | None = None
     max_batch: int = 0
+    #: the caller gave up (its wait timed out or was cancelled): no more work, no answer
+    abandoned: bool = False
 
     @property
     def active(self) -> bool:
-        return self.failure is None and not self.run.done
+        return self.failure is None and not self.abandoned and not self.run.done
 
 
 @dataclass(slots=True)
@@ -162,20 +174,41 @@ def _error_outcome(request_id: str, exc: Exception) -> DecisionOutcome:
 
 
 def _deadline_passed(
-    slots: list[_Slot], requests: Sequence[DecisionRequest], now: float, reserve_s: float
+    slots: list[_Slot],
+    requests: Sequence[DecisionRequest],
+    now: float,
+    reserve_s: float,
+    wanted: Wanted,
 ) -> list[_Slot]:
-    """Mark slots whose deadline would pass before the next step; return the others, active."""
+    """Mark slots whose caller gave up, or whose deadline would pass before the next step;
+    return the others, active."""
     active: list[_Slot] = []
     for slot in slots:
         if not slot.active:
             continue
-        deadline = requests[slot.index].deadline
-        if deadline is not None and now + reserve_s >= deadline:
-            slot.failure = FallbackReason.DEADLINE_EXCEEDED
-            slot.detail = "the deadline would pass before the next inference"
+        if not _still_wanted(slot, requests, now, reserve_s, wanted):
             continue
         active.append(slot)
     return active
+
+
+def _still_wanted(
+    slot: _Slot,
+    requests: Sequence[DecisionRequest],
+    now: float,
+    reserve_s: float,
+    wanted: Wanted,
+) -> bool:
+    """False (and the slot marked) when the caller gave up or the deadline would pass."""
+    if not wanted(slot.index):
+        slot.abandoned = True
+        return False
+    deadline = requests[slot.index].deadline
+    if deadline is not None and now + reserve_s >= deadline:
+        slot.failure = FallbackReason.DEADLINE_EXCEEDED
+        slot.detail = "the deadline would pass before the next inference"
+        return False
+    return True
 
 
 def _batch_argmax(logits: LogitsArray, mask: MaskArray) -> list[int | None] | None:
@@ -227,15 +260,25 @@ def _step_group(
     requests: Sequence[DecisionRequest],
     clock: Callable[[], float],
     reserve_s: float,
+    wanted: Wanted,
+    finished: Callable[[_Slot], None],
 ) -> None:
-    """Drive every slot of one model to completion, one inference per step."""
+    """Drive every slot of one model to completion, one inference per step; ``finished(slot)``
+    as each slot leaves the batch."""
+    live = list(slots)
     while True:
-        active = _deadline_passed(slots, requests, clock(), reserve_s)
+        active = _deadline_passed(live, requests, clock(), reserve_s, wanted)
+        for slot in live:
+            if not slot.active:
+                finished(slot)
+        live = active
         if not active:
             return
         encoded = encode_batch([slot.run.view() for slot in active], policy.max_candidates)
         logits = _score_or_fail(policy, active, encoded)
         if logits is None:
+            for slot in active:
+                finished(slot)
             return
         _apply_picks(active, encoded, logits)
 
@@ -246,9 +289,16 @@ def _rank_group(
     requests: Sequence[DecisionRequest],
     clock: Callable[[], float],
     reserve_s: float,
+    wanted: Wanted,
+    finished: Callable[[_Slot], None],
 ) -> None:
-    """Decide every slot of one ranking model with one inference over all their queues."""
-    active = _deadline_passed(slots, requests, clock(), reserve_s)
+    """Decide every slot of one ranking model with one inference over all their queues, then
+    walk each request's order in batch order; ``finished(slot)`` right after its walk, so its
+    caller is answered without waiting for the batch-mates behind it."""
+    active = _deadline_passed(slots, requests, clock(), reserve_s, wanted)
+    for slot in slots:
+        if not slot.active:
+            finished(slot)
     if not active:
         return
     views = [slot.run.view() for slot in active]
@@ -256,30 +306,53 @@ def _rank_group(
     encoded = encode_batch(views, width)
     logits = _score_or_fail(policy, active, encoded)
     if logits is None:
+        for slot in active:
+            finished(slot)
         return
     for b, slot in enumerate(active):
         slot.max_batch = len(active)
+        # each walk costs about a millisecond, so the last of a large batch may be abandoned
+        # by its caller by the time its turn comes: skip it. The deadline is not checked again:
+        # with the scores in hand, walking the learned order costs what the fallback's walk
+        # would, so switching now would not answer any sooner
+        if not wanted(slot.index):
+            slot.abandoned = True
+            finished(slot)
+            continue
         rows = rank_rows(logits[b], encoded.mask[b])
         if rows is None:
             slot.failure = FallbackReason.NON_FINITE_OUTPUT
             slot.detail = "non-finite logits for a pickable candidate"
-            continue
-        try:
-            slot.run.run_ranked(views[b], [encoded.candidate(b, row) for row in rows])
-        except DomainError as exc:
-            slot.failure, slot.detail = FallbackReason.INVALID_PICK, str(exc)
+        else:
+            try:
+                slot.run.run_ranked(views[b], [encoded.candidate(b, row) for row in rows])
+            except DomainError as exc:
+                slot.failure, slot.detail = FallbackReason.INVALID_PICK, str(exc)
+        finished(slot)
 
 
 class _Batch:
     """The bookkeeping of one :func:`decide_many` call."""
 
-    def __init__(self, requests: Sequence[DecisionRequest], registry: PolicyRegistry | None):
+    def __init__(
+        self,
+        requests: Sequence[DecisionRequest],
+        registry: PolicyRegistry | None,
+        wanted: Wanted,
+        deliver: Deliver | None,
+    ):
         self.requests = requests
         self.registry = registry
+        self.wanted = wanted
+        self.deliver = deliver
         n = len(requests)
         self.outcomes: list[DecisionOutcome | None] = [None] * n
         self.shadows: list[ShadowOutcome | None] = [None] * n
         self.reasons: list[tuple[FallbackReason, str | None] | None] = [None] * n
+        #: slots (primary and shadow) of each request still deciding in a model group
+        self.open_slots = [0] * n
+        self.abandoned = [False] * n
+        self.finals: list[DecisionOutcome | None] = [None] * n
         self.groups: dict[int, tuple[OnnxPolicy, list[_Slot]]] = {}
         self._resolved: dict[str, _Resolved] = {}
 
@@ -294,9 +367,13 @@ class _Batch:
 
     def enqueue(self, policy: OnnxPolicy, slot: _Slot) -> None:
         self.groups.setdefault(id(policy), (policy, []))[1].append(slot)
+        self.open_slots[slot.index] += 1
 
     def start(self, i: int) -> None:
         req = self.requests[i]
+        if not self.wanted(i):
+            self.abandoned[i] = True
+            return
         primary = self.resolve(req.policy)
         if primary.heuristic is not None:
             decision = decide(req.state, primary.heuristic, req.config)
@@ -319,8 +396,11 @@ class _Batch:
             self.shadows[i] = ShadowOutcome(req.shadow, None, reason)
 
     def finish_slot(self, policy: OnnxPolicy, slot: _Slot) -> None:
+        """Record a slot's result; the request is answered once its last slot is in."""
         req = self.requests[slot.index]
-        if slot.shadow:
+        if slot.abandoned:
+            self.abandoned[slot.index] = True
+        elif slot.shadow:
             if slot.failure is None:
                 self.shadows[slot.index] = ShadowOutcome(
                     req.shadow or "", slot.run.result(policy.ref)
@@ -333,22 +413,39 @@ class _Batch:
             )
         else:
             self.reasons[slot.index] = (slot.failure, slot.detail)
+        self.open_slots[slot.index] -= 1
+        if self.open_slots[slot.index] == 0:
+            self.settle(slot.index)
 
     def run_groups(self, clock: Callable[[], float], reserve_s: float) -> None:
         for policy, slots in self.groups.values():
             live = [s for s in slots if not self.failed(s.index)]
             run_group = _rank_group if isinstance(policy, OnnxRankingPolicy) else _step_group
+            done: set[int] = set()
+
+            def finished(slot: _Slot, policy: OnnxPolicy = policy, done: set[int] = done) -> None:
+                if id(slot) not in done:
+                    done.add(id(slot))
+                    self.finish_slot(policy, slot)
+
             try:
-                run_group(policy, live, self.requests, clock, reserve_s)
+                run_group(policy, live, self.requests, clock, reserve_s, self.wanted, finished)
             except Exception as exc:  # e.g. an encoder failure: those requests fall back
                 for slot in live:
-                    if slot.failure is None and not slot.run.done:
+                    if slot.failure is None and not slot.abandoned and not slot.run.done:
                         slot.failure, slot.detail = FallbackReason.INFERENCE_ERROR, repr(exc)
             for slot in live:
-                self.finish_slot(policy, slot)
+                finished(slot)
 
-    def final(self, i: int) -> DecisionOutcome:
+    def settle(self, i: int) -> None:
+        """Request ``i`` is complete: compute its fallback if it needs one, and answer it."""
+        if self.finals[i] is not None:
+            return
         req = self.requests[i]
+        if self.abandoned[i] or (self.outcomes[i] is None and not self.wanted(i)):
+            # nobody waits for it: no fallback to compute, nothing to deliver
+            self.finals[i] = _abandoned_outcome(req.request_id)
+            return
         outcome = self.outcomes[i]
         if outcome is None:
             reason = self.reasons[i]
@@ -357,7 +454,31 @@ class _Batch:
         shadow = self.shadows[i]
         if shadow is not None and outcome.error is None:
             outcome = replace(outcome, shadow=shadow)
+        self.finals[i] = outcome
+        if self.deliver is not None:
+            try:
+                self.deliver(i, outcome)
+            except Exception:  # e.g. the loop is closing: the returned list still carries it
+                logger.warning("request %s: early delivery failed", req.request_id, exc_info=True)
+
+    def final(self, i: int) -> DecisionOutcome:
+        self.settle(i)
+        outcome = self.finals[i]
+        assert outcome is not None
         return outcome
+
+
+def _always(_index: int) -> bool:
+    return True
+
+
+def _abandoned_outcome(request_id: str) -> DecisionOutcome:
+    return DecisionOutcome(
+        request_id,
+        None,
+        error="the caller gave up before this request was decided",
+        error_type=ABANDONED,
+    )
 
 
 def decide_many(
@@ -366,14 +487,28 @@ def decide_many(
     *,
     clock: Callable[[], float] = time.time,
     fallback_reserve_s: float = DEFAULT_FALLBACK_RESERVE_S,
+    wanted: Wanted | None = None,
+    deliver: Deliver | None = None,
 ) -> list[DecisionOutcome]:
-    """Decide every request; never raises for one request's fault (see the module docstring)."""
-    batch = _Batch(requests, registry)
+    """Decide every request; never raises for one request's fault (see the module docstring).
+
+    ``deliver(i, outcome)``, if given, is called once per request as soon as its outcome is
+    final (a heuristic primary at once, a ranked walk right after it ends, a stepping model when
+    the request leaves the lock-step), so an early request of a large batch does not wait for
+    the rest. ``wanted(i)`` is asked before each unit of a request's work (its start, each step,
+    its ranked walk); once it is false the request is dropped: no more policy work, no fallback,
+    no delivery, and its returned outcome is an error outcome of type :data:`ABANDONED`.
+    """
+    wanted = wanted or _always
+    batch = _Batch(requests, registry, wanted, deliver)
     for i, req in enumerate(requests):
         try:
             batch.start(i)
         except Exception as exc:  # isolate this request from its batch-mates
             batch.outcomes[i] = _error_outcome(req.request_id, exc)
+            batch.reasons[i] = None
+        if batch.open_slots[i] == 0:
+            batch.settle(i)
     batch.run_groups(clock, fallback_reserve_s)
     return [batch.final(i) for i in range(len(requests))]
 
@@ -417,10 +552,13 @@ def decision_agrees(primary: Decision, shadow: Decision) -> bool:
 
 
 __all__ = [
+    "ABANDONED",
     "DecisionOutcome",
     "DecisionRequest",
+    "Deliver",
     "FallbackReason",
     "ShadowOutcome",
+    "Wanted",
     "decide_many",
     "decide_one",
     "decision_agrees",

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from app.batching.batcher import BatcherClosedError, MicroBatcher
+from app.batching.batcher import BatchControl, BatcherClosedError, MicroBatcher
 
 
 class Recorder:
@@ -16,7 +16,7 @@ class Recorder:
         self.batches: list[list[int]] = []
         self.threads: set[int] = set()
 
-    def __call__(self, items: Sequence[int]) -> list[int]:
+    def __call__(self, items: Sequence[int], _control: BatchControl[int]) -> list[int]:
         self.threads.add(threading.get_ident())
         self.batches.append(list(items))
         if any(i < 0 for i in items):
@@ -107,3 +107,36 @@ async def test_adaptive_wait_spares_a_lone_caller_and_waits_under_load() -> None
     assert lone < 0.15  # two lone requests, far less than one max_wait each
     assert recorder.batches[:3] == [[1], [2], [3, 4, 5]]
     assert recorder.batches[3] == [6, 7]  # the batch waited for the late-comer
+
+
+async def test_a_handler_answers_each_item_as_it_goes_and_sees_who_gave_up() -> None:
+    """ADR 0071: ``deliver`` answers an item before its batch ends; ``wanted`` turns false for
+    a caller that stopped waiting."""
+    release_last = threading.Event()
+    first_delivered = threading.Event()
+    seen_wanted: list[bool] = []
+
+    def handler(items: Sequence[int], control: BatchControl[int]) -> list[int]:
+        control.deliver(0, items[0] * 10)
+        first_delivered.set()
+        release_last.wait(5)  # the loop runs on while this thread holds the batch
+        seen_wanted.extend(control.wanted(i) for i in range(len(items)))
+        return [-1, items[1] * 10, items[2] * 10]  # item 0's entry is ignored: delivered
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(handler, max_batch=3, max_wait_ms=200)
+    batcher.start()
+    try:
+        first = asyncio.ensure_future(batcher.submit(1))
+        second = asyncio.ensure_future(batcher.submit(2))
+        third = asyncio.ensure_future(batcher.submit(3))
+        assert await asyncio.wait_for(first, 5) == 10  # while the batch is still running
+        assert not second.done()
+        second.cancel()  # this caller gives up
+        await asyncio.sleep(0.01)
+        release_last.set()
+        assert await asyncio.wait_for(third, 5) == 30
+    finally:
+        release_last.set()
+        await batcher.stop()
+    assert first_delivered.is_set()
+    assert seen_wanted == [False, False, True]  # answered, gave up, still waiting

@@ -19,7 +19,7 @@ from app.policy.onnx_policy import (
     RefusalReason,
 )
 from app.policy.registry import PolicyRegistry
-from app.policy.selector import DecisionRequest, FallbackReason, decide_many
+from app.policy.selector import ABANDONED, DecisionRequest, FallbackReason, decide_many
 from tests.fixtures import onnx_models as m
 
 
@@ -167,3 +167,81 @@ def test_stepping_models_are_not_ranking_policies() -> None:
     policy = OnnxPolicy.from_bytes(m.kernel_model(seed=3), json.dumps(m.card()).encode())
     assert isinstance(policy, SteppingPolicy)
     assert not isinstance(policy, RankingPolicy)
+
+
+def test_each_request_is_delivered_right_after_its_own_walk(registry: PolicyRegistry) -> None:
+    """ADR 0071: request k is answered before request k+1 is walked, not at the batch's end."""
+    states = [_state(6 + k, seed=k) for k in range(4)]
+    requests = [
+        DecisionRequest("heur", states[0], policy="sjf"),
+        *(DecisionRequest(f"r{k}", s, policy="rank-a") for k, s in enumerate(states[1:], 1)),
+    ]
+    events: list[str] = []
+    walked = DecisionRun.run_ranked
+
+    def spy_walk(self: DecisionRun, view: object, rows: object) -> None:
+        events.append("walk")
+        walked(self, view, rows)  # type: ignore[arg-type]
+
+    DecisionRun.run_ranked = spy_walk  # type: ignore[method-assign]
+    try:
+        outs = decide_many(
+            requests,
+            registry,
+            deliver=lambda i, out: events.append(f"deliver {i} {out.request_id}"),
+        )
+    finally:
+        DecisionRun.run_ranked = walked  # type: ignore[method-assign]
+    assert events == [
+        "deliver 0 heur",  # a heuristic primary is answered as soon as it is decided
+        "walk",
+        "deliver 1 r1",
+        "walk",
+        "deliver 2 r2",
+        "walk",
+        "deliver 3 r3",
+    ]
+    assert [o.request_id for o in outs] == ["heur", "r1", "r2", "r3"]
+    assert all(o.error is None and not o.fallback_used for o in outs)
+
+
+def test_a_request_whose_caller_gave_up_costs_no_walk_and_no_fallback(
+    registry: PolicyRegistry,
+) -> None:
+    states = [_state(8, seed=k) for k in range(3)]
+    requests = [DecisionRequest(f"r{k}", s, policy="rank-a") for k, s in enumerate(states)]
+    gave_up = {1}
+    delivered: list[int] = []
+    walks: list[int] = []
+    walked = DecisionRun.run_ranked
+
+    def spy_walk(self: DecisionRun, view: object, rows: object) -> None:
+        walks.append(1)
+        walked(self, view, rows)  # type: ignore[arg-type]
+
+    DecisionRun.run_ranked = spy_walk  # type: ignore[method-assign]
+    try:
+        outs = decide_many(
+            requests,
+            registry,
+            wanted=lambda i: i not in gave_up,
+            deliver=lambda i, _out: delivered.append(i),
+        )
+    finally:
+        DecisionRun.run_ranked = walked  # type: ignore[method-assign]
+    assert len(walks) == 2
+    assert delivered == [0, 2]
+    assert outs[1].decision is None
+    assert outs[1].error_type == ABANDONED
+    assert not outs[1].fallback_used  # the fallback was not computed for nobody
+    for k in (0, 2):
+        assert outs[k].decision == decide(states[k], registry.find("rank-a").policy)  # type: ignore[union-attr]
+
+
+def test_an_abandoned_request_past_its_deadline_gets_no_fallback(
+    registry: PolicyRegistry,
+) -> None:
+    late = DecisionRequest("late", _state(8), policy="rank-a", deadline=1.0)
+    [out] = decide_many([late], registry, clock=lambda: 5.0, wanted=lambda _i: False)
+    assert out.error_type == ABANDONED
+    assert out.decision is None

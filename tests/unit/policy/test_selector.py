@@ -12,6 +12,7 @@ from app.domain.heuristics import get_heuristic
 from app.domain.types import Backfill, ClusterState, Job, Node
 from app.policy.registry import PolicyRegistry
 from app.policy.selector import (
+    ABANDONED,
     DecisionRequest,
     FallbackReason,
     decide_many,
@@ -183,3 +184,61 @@ def test_shadow_is_computed_stored_and_never_served(registry: PolicyRegistry) ->
 def test_resolve() -> None:
     assert resolve("F1", None).heuristic is not None
     assert resolve("hpc-kernel", None).reason is FallbackReason.MODEL_MISSING
+
+
+def test_stepping_requests_are_delivered_as_they_leave_the_lock_step(
+    registry: PolicyRegistry,
+) -> None:
+    """ADR 0071: a short decision is answered when it is done, not when its batch is."""
+    entry = registry.find("hpc-a")
+    assert entry is not None
+    assert entry.policy is not None
+    long_state, short_state = _state(14, seed=1, cpus=64.0), _state(2, seed=2)
+    delivered: list[tuple[str, bool]] = []
+    done_runs: list[str] = []
+    requests = [
+        DecisionRequest("long", long_state, policy="hpc-a"),
+        DecisionRequest("short", short_state, policy="hpc-a"),
+        DecisionRequest("shadowed", short_state, policy="hpc-a", shadow="hpc-b"),
+    ]
+    outs = decide_many(
+        requests,
+        registry,
+        deliver=lambda i, out: delivered.append((out.request_id, out.shadow is not None)),
+        wanted=lambda i: done_runs.append(requests[i].request_id) or True,  # type: ignore[func-returns-value]
+    )
+    # "short" leaves the lock-step after a few steps, "long" keeps stepping; "shadowed" waits
+    # for its shadow model's group, which runs after the primary's
+    assert delivered == [("short", False), ("long", False), ("shadowed", True)]
+    assert [o.request_id for o in outs] == ["long", "short", "shadowed"]
+    assert outs[0].decision == decide(long_state, entry.policy)
+    assert outs[1].decision == decide(short_state, entry.policy)
+    # the caller is asked about before its start and before each step it takes part in
+    assert done_runs.count("long") > done_runs.count("short") >= 2
+
+
+def test_a_stepping_request_abandoned_mid_way_stops_stepping(registry: PolicyRegistry) -> None:
+    calls = {"n": 0}
+
+    def wanted(i: int) -> bool:
+        if i == 0:
+            calls["n"] += 1
+            return calls["n"] <= 3  # gives up after its second step
+        return True
+
+    delivered: list[int] = []
+    outs = decide_many(
+        [
+            DecisionRequest("quits", _state(12, seed=3, cpus=64.0), policy="hpc-a"),
+            DecisionRequest("stays", _state(12, seed=4, cpus=64.0), policy="hpc-a"),
+        ],
+        registry,
+        wanted=wanted,
+        deliver=lambda i, _out: delivered.append(i),
+    )
+    assert calls["n"] == 4  # asked at its start, before 2 steps, then refused
+    assert outs[0].error_type == ABANDONED
+    assert not outs[0].fallback_used
+    assert delivered == [1]
+    assert outs[1].decision is not None
+    assert not outs[1].fallback_used
