@@ -252,7 +252,13 @@ class RedisQueue:
             )
             pipe.blpop([self.keys.reply(request.request_id)], wait_s + 1.0)
             try:
-                return (await pipe.execute())[1]
+                try:
+                    return (await pipe.execute())[1]
+                except RuntimeError as exc:
+                    # under uvloop, a connection whose socket the server just closed raises
+                    # RuntimeError ("unable to perform operation on <TCPTransport closed=True>")
+                    # instead of a ConnectionError: it is the same failure
+                    raise RedisConnectionError(f"connection closed: {exc}") from exc
             except RedisConnectionError:
                 if attempt == 2:
                     raise
