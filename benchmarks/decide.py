@@ -1,7 +1,8 @@
 """``/v1/decide`` throughput and latency: embedded pipeline, Redis with 1 and 2 workers, and the
 ceiling (a bare FastAPI endpoint that only parses the same payload), all measured in this run.
 
-Usage: ``python -m benchmarks.decide [--seconds S] [--clients 1,8,32,64] [--policy NAME]``
+Usage: ``python -m benchmarks.decide [--seconds S] [--clients 1,8,32,64] [--policy NAME]
+[--rates R1,R2]``
 
 The snapshot is 16 nodes x 64 pending jobs. The policy is ``hpc-kernel`` when ``models/`` ships
 one, else a kernel-shaped ONNX model built here from fixed weights (``--policy f1`` measures the
@@ -9,12 +10,18 @@ heuristic path). Every server is a ``kairos serve`` subprocess on its own SQLite
 embedded default); Redis runs are against ``KAIROS_BENCH_REDIS_URL`` (default
 ``redis://127.0.0.1:6379/0``) under a fresh key prefix. Prints requests/s, p50/p99 latency, the
 share of decisions taken by the fallback, and the ratio to the ceiling at the same concurrency.
+
+``--rates`` adds open-loop cells: requests arrive at a fixed mean rate (Poisson, seeded) whatever
+the answers' latency, as an orchestrator's scheduling cycles would. Below saturation these show
+the latency a batch adds to its members, which closed-loop clients cannot (there, latency is
+clients / throughput once the server is saturated).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -204,6 +211,86 @@ async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
     )
 
 
+class _Conn:
+    """One keep-alive HTTP/1.1 connection speaking just enough to POST and read the answer
+    (httpx's pool is itself the bottleneck with hundreds of concurrent requests)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> _Conn:
+        return cls(*await asyncio.open_connection(host, port))
+
+    async def post(self, raw: bytes) -> tuple[int, bytes]:
+        self.writer.write(raw)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _raw_post(host: str, port: int, body: dict[str, Any]) -> bytes:
+    data = json.dumps(body).encode()
+    head = (
+        f"POST /v1/decide HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    )
+    return head.encode() + data
+
+
+async def open_loop(url: str, rate: float, seconds: float, policy: str, seed: int = 3) -> Result:
+    """Poisson arrivals at ``rate`` per second for ``seconds``; latency from each send.
+
+    A request takes an idle keep-alive connection, or opens one (64 are opened beforehand)."""
+    host, port = url.removeprefix("http://").split(":")
+    raws = [_raw_post(host, int(port), snapshot(policy, s)) for s in range(16)]
+    rng = np.random.default_rng(seed)
+    offsets = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * seconds * 1.5) + 16))
+    offsets = offsets[offsets < seconds]
+    idle: list[_Conn] = [await _Conn.open(host, int(port)) for _ in range(64)]
+    for _ in range(3):
+        await idle[0].post(raws[0])
+    latencies: list[float] = []
+    fallbacks = 0
+    errors = 0
+
+    async def one(i: int, at: float) -> None:
+        nonlocal fallbacks, errors
+        delay = at - (time.perf_counter() - started)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        t0 = time.perf_counter()
+        conn = idle.pop() if idle else await _Conn.open(host, int(port))
+        status, body = await conn.post(raws[i % len(raws)])
+        latencies.append(time.perf_counter() - t0)
+        idle.append(conn)
+        if status != 200:
+            errors += 1
+        elif json.loads(body).get("fallback", {}).get("used"):
+            fallbacks += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(i, float(at)) for i, at in enumerate(offsets)))
+    elapsed = time.perf_counter() - started
+    for conn in idle:
+        conn.close()
+    lat = np.array(latencies) * 1000.0
+    return Result(
+        rps=len(latencies) / elapsed,
+        p50_ms=float(np.percentile(lat, 50)),
+        p99_ms=float(np.percentile(lat, 99)),
+        fallback=fallbacks / max(1, len(latencies)),
+        errors=errors,
+    )
+
+
 def model_dir(work: Path) -> tuple[Path, str]:
     shipped = ROOT / "models" / "hpc-kernel"
     if shipped.is_dir():
@@ -226,8 +313,12 @@ def main(argv: list[str]) -> int:
         default=os.environ.get("KAIROS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
     )
     parser.add_argument("--skip-redis", action="store_true")
+    parser.add_argument(
+        "--rates", default="", help="open-loop arrival rates (req/s), e.g. 100,200; none: skip"
+    )
     args = parser.parse_args(argv)
-    levels = [int(c) for c in args.clients.split(",")]
+    levels = [int(c) for c in args.clients.split(",") if c]
+    rates = [float(r) for r in args.rates.split(",") if r]
     with tempfile.TemporaryDirectory(prefix="kairos-bench-") as tmp:
         work = Path(tmp)
         models, onnx_name = model_dir(work)
@@ -236,12 +327,17 @@ def main(argv: list[str]) -> int:
         if not args.skip_redis:
             configs += [("redis-1w", args.redis_url, 1), ("redis-2w", args.redis_url, 2)]
         results: dict[tuple[str, int], Result] = {}
+        opened: dict[tuple[str, float], Result] = {}
         for name, redis_url, workers in configs:
             server = start(name, work, models, redis_url, workers)
             try:
                 for clients in levels:
                     results[(name, clients)] = asyncio.run(
                         load(server.url, clients, args.seconds, policy)
+                    )
+                for rate in rates:
+                    opened[(name, rate)] = asyncio.run(
+                        open_loop(server.url, rate, args.seconds, policy)
                     )
             finally:
                 server.stop()
@@ -252,6 +348,14 @@ def main(argv: list[str]) -> int:
             ceiling = results[("ceiling", clients)].rps
             print(f"{name:<10} {clients:>7} {r.rps:>8.1f} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} "
                   f"{r.fallback:>8.1%} {r.errors:>6} {r.rps / ceiling:>9.2f}")  # fmt: skip
+        if opened:
+            print(f"\nopen loop (Poisson arrivals), {args.seconds:.0f} s per cell")
+            print(f"{'config':<10} {'offered':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+                  f"{'fallback':>8} {'errors':>6} {'p50 - ceiling':>13}")  # fmt: skip
+            for (name, rate), r in opened.items():
+                base = opened[("ceiling", rate)].p50_ms
+                print(f"{name:<10} {rate:>7.0f} {r.rps:>8.1f} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} "
+                      f"{r.fallback:>8.1%} {r.errors:>6} {r.p50_ms - base:>13.1f}")  # fmt: skip
     return 0
 
 
