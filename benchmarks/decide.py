@@ -163,6 +163,17 @@ class Result:
     fallback: float
     errors: int
 
+    @classmethod
+    def of(cls, latencies: list[float], elapsed: float, fallbacks: int, errors: int) -> Result:
+        lat = np.array(latencies) * 1000.0
+        return cls(
+            rps=len(latencies) / elapsed,
+            p50_ms=float(np.percentile(lat, 50)),
+            p99_ms=float(np.percentile(lat, 99)),
+            fallback=fallbacks / max(1, len(latencies)),
+            errors=errors,
+        )
+
 
 async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
     bodies = [snapshot(policy, seed) for seed in range(16)]
@@ -201,14 +212,7 @@ async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
     go.set()
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - started
-    lat = np.array(latencies) * 1000.0
-    return Result(
-        rps=len(latencies) / elapsed,
-        p50_ms=float(np.percentile(lat, 50)),
-        p99_ms=float(np.percentile(lat, 99)),
-        fallback=fallbacks / max(1, len(latencies)),
-        errors=errors,
-    )
+    return Result.of(latencies, elapsed, fallbacks, errors)
 
 
 class _Conn:
@@ -281,14 +285,7 @@ async def open_loop(url: str, rate: float, seconds: float, policy: str, seed: in
     elapsed = time.perf_counter() - started
     for conn in idle:
         conn.close()
-    lat = np.array(latencies) * 1000.0
-    return Result(
-        rps=len(latencies) / elapsed,
-        p50_ms=float(np.percentile(lat, 50)),
-        p99_ms=float(np.percentile(lat, 99)),
-        fallback=fallbacks / max(1, len(latencies)),
-        errors=errors,
-    )
+    return Result.of(latencies, elapsed, fallbacks, errors)
 
 
 def model_dir(work: Path) -> tuple[Path, str]:

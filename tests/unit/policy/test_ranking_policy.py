@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 
 from app.domain.decision import DecisionConfig, DecisionRun, decide
 from app.domain.encoding import encode_view, rank_rows
-from app.domain.policy import RankingPolicy, SteppingPolicy
+from app.domain.policy import RankingPolicy, SteppingPolicy, StepView
 from app.domain.types import Backfill, ClusterState, Job, Node, Placement, RunningJob
 from app.policy.onnx_policy import (
     OnnxPolicy,
@@ -169,6 +171,22 @@ def test_stepping_models_are_not_ranking_policies() -> None:
     assert not isinstance(policy, RankingPolicy)
 
 
+@contextmanager
+def _walks_recorded(events: list[str]) -> Iterator[None]:
+    """Append ``"walk"`` to ``events`` at every ranked walk while the block runs."""
+    walked = DecisionRun.run_ranked
+
+    def spy_walk(self: DecisionRun, view: StepView, rows: Iterable[int]) -> None:
+        events.append("walk")
+        walked(self, view, rows)
+
+    DecisionRun.run_ranked = spy_walk  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DecisionRun.run_ranked = walked  # type: ignore[method-assign]
+
+
 def test_each_request_is_delivered_right_after_its_own_walk(registry: PolicyRegistry) -> None:
     """ADR 0071: request k is answered before request k+1 is walked, not at the batch's end."""
     states = [_state(6 + k, seed=k) for k in range(4)]
@@ -177,21 +195,12 @@ def test_each_request_is_delivered_right_after_its_own_walk(registry: PolicyRegi
         *(DecisionRequest(f"r{k}", s, policy="rank-a") for k, s in enumerate(states[1:], 1)),
     ]
     events: list[str] = []
-    walked = DecisionRun.run_ranked
-
-    def spy_walk(self: DecisionRun, view: object, rows: object) -> None:
-        events.append("walk")
-        walked(self, view, rows)  # type: ignore[arg-type]
-
-    DecisionRun.run_ranked = spy_walk  # type: ignore[method-assign]
-    try:
+    with _walks_recorded(events):
         outs = decide_many(
             requests,
             registry,
             deliver=lambda i, out: events.append(f"deliver {i} {out.request_id}"),
         )
-    finally:
-        DecisionRun.run_ranked = walked  # type: ignore[method-assign]
     assert events == [
         "deliver 0 heur",  # a heuristic primary is answered as soon as it is decided
         "walk",
@@ -212,23 +221,14 @@ def test_a_request_whose_caller_gave_up_costs_no_walk_and_no_fallback(
     requests = [DecisionRequest(f"r{k}", s, policy="rank-a") for k, s in enumerate(states)]
     gave_up = {1}
     delivered: list[int] = []
-    walks: list[int] = []
-    walked = DecisionRun.run_ranked
-
-    def spy_walk(self: DecisionRun, view: object, rows: object) -> None:
-        walks.append(1)
-        walked(self, view, rows)  # type: ignore[arg-type]
-
-    DecisionRun.run_ranked = spy_walk  # type: ignore[method-assign]
-    try:
+    walks: list[str] = []
+    with _walks_recorded(walks):
         outs = decide_many(
             requests,
             registry,
             wanted=lambda i: i not in gave_up,
             deliver=lambda i, _out: delivered.append(i),
         )
-    finally:
-        DecisionRun.run_ranked = walked  # type: ignore[method-assign]
     assert len(walks) == 2
     assert delivered == [0, 2]
     assert outs[1].decision is None
