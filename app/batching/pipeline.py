@@ -97,18 +97,14 @@ class DecisionPipeline:
         requests: Sequence[DecisionRequest],
         control: BatchControl[DecisionOutcome] | None = None,
     ) -> list[DecisionOutcome]:
-        if control is None:
-            return decide_many(
-                requests, self.registry, fallback_reserve_s=self.options.fallback_reserve_s
-            )
-        # answer each request as soon as it is decided, and skip the ones whose wait has
-        # already ended in the fallback (ADR 0071)
+        # with a batcher's control: answer each request as soon as it is decided, and skip the
+        # ones whose wait has already ended in the fallback (ADR 0071)
         return decide_many(
             requests,
             self.registry,
             fallback_reserve_s=self.options.fallback_reserve_s,
-            wanted=control.wanted,
-            deliver=control.deliver,
+            wanted=None if control is None else control.wanted,
+            deliver=None if control is None else control.deliver,
         )
 
     def _observe_local_batch(self, size: int, _seconds: float) -> None:
