@@ -219,8 +219,13 @@ class _Conn:
     """One keep-alive HTTP/1.1 connection speaking just enough to POST and read the answer
     (httpx's pool is itself the bottleneck with hundreds of concurrent requests)."""
 
+    # uvicorn closes a keep-alive connection idle for 5 s (its timeout_keep_alive); one idle
+    # this long is closed here instead of being reused into a reset
+    MAX_IDLE_S = 4.0
+
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.last_used = time.perf_counter()
 
     @classmethod
     async def open(cls, host: str, port: int) -> _Conn:
@@ -234,7 +239,9 @@ class _Conn:
         for line in head.split(b"\r\n"):
             if line.lower().startswith(b"content-length:"):
                 length = int(line.split(b":", 1)[1])
-        return status, await self.reader.readexactly(length)
+        answer = await self.reader.readexactly(length)
+        self.last_used = time.perf_counter()
+        return status, answer
 
     def close(self) -> None:
         self.writer.close()
@@ -265,14 +272,27 @@ async def open_loop(url: str, rate: float, seconds: float, policy: str, seed: in
     fallbacks = 0
     errors = 0
 
+    async def take() -> _Conn:
+        while idle:
+            conn = idle.pop()
+            if time.perf_counter() - conn.last_used < _Conn.MAX_IDLE_S:
+                return conn
+            conn.close()
+        return await _Conn.open(host, int(port))
+
     async def one(i: int, at: float) -> None:
         nonlocal fallbacks, errors
         delay = at - (time.perf_counter() - started)
         if delay > 0:
             await asyncio.sleep(delay)
         t0 = time.perf_counter()
-        conn = idle.pop() if idle else await _Conn.open(host, int(port))
-        status, body = await conn.post(raws[i % len(raws)])
+        conn = await take()
+        try:
+            status, body = await conn.post(raws[i % len(raws)])
+        except (OSError, asyncio.IncompleteReadError):
+            conn.close()
+            errors += 1
+            return
         latencies.append(time.perf_counter() - t0)
         idle.append(conn)
         if status != 200:
