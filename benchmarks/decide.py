@@ -331,7 +331,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--skip-redis", action="store_true")
     parser.add_argument(
-        "--rates", default="", help="open-loop arrival rates (req/s), e.g. 100,200; none: skip"
+        "--rates",
+        default="",
+        help="open-loop arrival rates (req/s), e.g. 100,200 (default: no open-loop cells)",
     )
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.clients.split(",") if c]

@@ -46,17 +46,50 @@ class _Pending(Generic[T, R]):
     future: asyncio.Future[R]
 
 
-class BatchControl(Generic[R]):
-    """What a batch handler may do with its batch's callers while it runs (in its thread)."""
+class LoopHandover(Generic[R]):
+    """Results a worker thread hands to the event loop, one loop wake-up per burst.
 
-    __slots__ = ("_futures", "_lock", "_loop", "_ready", "_scheduled")
+    :meth:`put` may be called from any thread; ``on_loop`` runs on ``loop`` with every
+    ``(index, result)`` put since its previous run. Results put while the loop has not yet run
+    the previous hand-over go with it, so a busy loop is woken once per burst, not per result.
+    """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, futures: Sequence[asyncio.Future[R]]):
+    __slots__ = ("_lock", "_loop", "_on_loop", "_ready", "_scheduled")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_loop: Callable[[list[tuple[int, R]]], None],
+    ) -> None:
         self._loop = loop
-        self._futures = futures
+        self._on_loop = on_loop
         self._lock = threading.Lock()
         self._ready: list[tuple[int, R]] = []
         self._scheduled = False
+
+    def put(self, index: int, result: R) -> None:
+        with self._lock:
+            self._ready.append((index, result))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._loop.call_soon_threadsafe(self._hand_over)
+
+    def _hand_over(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+            self._scheduled = False
+        self._on_loop(ready)
+
+
+class BatchControl(Generic[R]):
+    """What a batch handler may do with its batch's callers while it runs (in its thread)."""
+
+    __slots__ = ("_futures", "_handover")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, futures: Sequence[asyncio.Future[R]]):
+        self._futures = futures
+        self._handover: LoopHandover[R] = LoopHandover(loop, self._resolve_ready)
 
     def wanted(self, index: int) -> bool:
         """False once item ``index``'s caller has its answer or gave up (cancelled, timed out).
@@ -69,20 +102,11 @@ class BatchControl(Generic[R]):
     def deliver(self, index: int, result: R) -> None:
         """Answer item ``index`` now; its entry in the handler's returned list is then ignored.
 
-        Results delivered while the loop has not yet run the previous hand-over go with it:
-        one wake-up of the loop per burst, not per item, when the loop is busy.
+        Handed to the loop through a :class:`LoopHandover` (one wake-up per burst).
         """
-        with self._lock:
-            self._ready.append((index, result))
-            if self._scheduled:
-                return
-            self._scheduled = True
-        self._loop.call_soon_threadsafe(self._hand_over)
+        self._handover.put(index, result)
 
-    def _hand_over(self) -> None:
-        with self._lock:
-            ready, self._ready = self._ready, []
-            self._scheduled = False
+    def _resolve_ready(self, ready: list[tuple[int, R]]) -> None:
         for index, result in ready:
             _resolve(self._futures[index], result)
 

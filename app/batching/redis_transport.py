@@ -32,6 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from app.batching.batcher import LoopHandover
 from app.batching.wire import (
     WireError,
     outcome_from_json,
@@ -39,7 +40,7 @@ from app.batching.wire import (
     request_from_json,
     request_to_json,
 )
-from app.policy.selector import DecisionOutcome, DecisionRequest
+from app.policy.selector import ABANDONED, DecisionOutcome, DecisionRequest, Deliver, Wanted
 
 logger = logging.getLogger(__name__)
 
@@ -274,7 +275,10 @@ class RedisQueue:
             return None
 
 
-BatchDecider = Callable[[Sequence[DecisionRequest]], Sequence[DecisionOutcome]]
+#: ``decide_batch(requests, wanted, deliver)``: the contract of
+#: :func:`app.policy.selector.decide_many` -- ``deliver(i, outcome)`` as soon as request ``i`` is
+#: decided, ``wanted(i)`` false once nobody waits for it any more
+BatchDecider = Callable[[Sequence[DecisionRequest], Wanted, Deliver], Sequence[DecisionOutcome]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,9 +288,13 @@ class WorkerOptions:
     claim_idle_ms: int = 5_000
     claim_interval_ms: int = 1_000
     reply_ttl_s: int = 60
-    #: requests whose deadline passed longer ago than this are acknowledged without deciding:
-    #: their requester has already answered with its own fallback
-    stale_after_s: float = 1.0
+    #: a request whose deadline passed longer ago than this (by this worker's clock) is
+    #: abandoned: not decided (or no further), not answered, acknowledged. Its requester stopped
+    #: waiting at its deadline plus the API's grace (20 ms) and answered with its own fallback.
+    #: Worker clocks must stay within ``abandon_after_s - 20 ms`` of the API's; a worker running
+    #: further ahead drops requests still waited for, which then get the API's deadline fallback
+    #: (answered, never lost).
+    abandon_after_s: float = 0.1
     block_ms: int = 500
 
 
@@ -311,6 +319,8 @@ class RedisWorker:
         self.clock = clock
         self.batches = 0
         self.decided = 0
+        #: replies pushed before their batch ended
+        self.replied_early = 0
         self._stop = asyncio.Event()
         self._redis: aioredis.Redis | None = None
         self._last_claim = 0.0
@@ -455,7 +465,16 @@ class RedisWorker:
                 await asyncio.sleep(min(POLL_S, remaining))
         return batch
 
+    def _abandoned(self, request: DecisionRequest, now: float) -> bool:
+        deadline = request.deadline
+        return deadline is not None and now > deadline + self.options.abandon_after_s
+
     async def _handle(self, entries: list[tuple[str, dict[bytes, bytes]]]) -> None:
+        """Decide one batch; answer each request as soon as it is decided (ADR 0072).
+
+        Replies go out from the loop while the batch thread still decides the rest, one
+        pipeline per burst; the entries are acknowledged only after every reply is pushed.
+        """
         assert self._redis is not None
         requests: list[DecisionRequest] = []
         now = self.clock()
@@ -467,43 +486,89 @@ class RedisWorker:
                     "worker %s: dropping undecodable entry %s: %s", self.consumer, entry_id, exc
                 )
                 continue
-            if request.deadline is not None and now > request.deadline + self.options.stale_after_s:
-                continue  # its requester gave up long ago and answered with its fallback
+            if self._abandoned(request, now):
+                continue  # its requester gave up and answered with its own fallback
             requests.append(request)
+        replies = _Replies(self._redis, self.keys, self.options.reply_ttl_s, len(requests))
         outcomes: Sequence[DecisionOutcome] = []
         if requests:
+            handover: LoopHandover[DecisionOutcome] = LoopHandover(
+                asyncio.get_running_loop(), replies.send_early
+            )
+
+            def wanted(i: int) -> bool:
+                return not self._abandoned(requests[i], self.clock())
+
             try:
-                outcomes = await asyncio.to_thread(self.decide_batch, requests)
+                outcomes = await asyncio.to_thread(
+                    self.decide_batch, requests, wanted, handover.put
+                )
             except Exception as exc:  # decide_many isolates requests; this is a last guard
                 logger.exception("worker %s: batch failed", self.consumer)
                 outcomes = [
                     DecisionOutcome(r.request_id, None, error=repr(exc), error_type="BatchError")
                     for r in requests
                 ]
+        # a reply that failed to go out leaves every entry of the batch pending: reclaimed and
+        # decided again, answered once (the done key)
+        await replies.sent_early()
         pipe = self._redis.pipeline(transaction=False)
-        ttl = self.options.reply_ttl_s
-        for k, outcome in enumerate(outcomes):
-            try:
-                payload = outcome_to_json(outcome, batch_size=len(requests), leader=k == 0)
-            except (TypeError, ValueError) as exc:  # e.g. a non-finite number in explain
-                error = DecisionOutcome(
-                    outcome.request_id, None, error=f"unencodable outcome: {exc}"
-                )
-                payload = outcome_to_json(error, batch_size=len(requests), leader=k == 0)
-            pipe.eval(
-                _DELIVER,
-                2,
-                self.keys.done(outcome.request_id),
-                self.keys.reply(outcome.request_id),
-                ttl,
-                payload,
-            )
+        replies.add_rest(pipe, outcomes)
         ids = [entry_id for entry_id, _ in entries]
         pipe.xack(self.keys.stream, self.keys.group, *ids)
         pipe.xdel(self.keys.stream, *ids)
         await pipe.execute()
         self.batches += 1 if requests else 0
         self.decided += len(requests)
+        self.replied_early += len(replies.delivered)
+
+
+class _Replies:
+    """One batch's replies: early ones (from the loop, as the batch thread decides them) and
+    the rest, with the batch's acknowledgement."""
+
+    def __init__(self, redis: aioredis.Redis, keys: StreamKeys, ttl: int, batch_size: int):
+        self.redis, self.keys, self.ttl, self.batch_size = redis, keys, ttl, batch_size
+        self.delivered: set[int] = set()
+        self._sends: list[asyncio.Future[Any]] = []
+        self._led = False
+
+    def _add(self, pipe: Any, outcome: DecisionOutcome) -> None:
+        # the first reply of a batch carries its size to the API's kairos_batch_size
+        leader, self._led = not self._led, True
+        try:
+            payload = outcome_to_json(outcome, batch_size=self.batch_size, leader=leader)
+        except (TypeError, ValueError) as exc:  # e.g. a non-finite number in explain
+            error = DecisionOutcome(outcome.request_id, None, error=f"unencodable outcome: {exc}")
+            payload = outcome_to_json(error, batch_size=self.batch_size, leader=leader)
+        pipe.eval(
+            _DELIVER,
+            2,
+            self.keys.done(outcome.request_id),
+            self.keys.reply(outcome.request_id),
+            self.ttl,
+            payload,
+        )
+
+    def send_early(self, ready: list[tuple[int, DecisionOutcome]]) -> None:
+        """On the loop: push the replies the batch thread has handed over (one pipeline)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for index, outcome in ready:
+            self._add(pipe, outcome)
+            self.delivered.add(index)
+        self._sends.append(asyncio.ensure_future(pipe.execute()))
+
+    async def sent_early(self) -> None:
+        """Wait for the early pushes; raise the first failure (nothing is acknowledged then)."""
+        for result in await asyncio.gather(*self._sends, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
+
+    def add_rest(self, pipe: Any, outcomes: Sequence[DecisionOutcome]) -> None:
+        """Queue the replies not sent early; an abandoned request gets none."""
+        for index, outcome in enumerate(outcomes):
+            if index not in self.delivered and outcome.error_type != ABANDONED:
+                self._add(pipe, outcome)
 
 
 def _s(value: bytes | str) -> str:

@@ -12,15 +12,39 @@ import argparse
 import asyncio
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from app.batching.pipeline import pipeline_from_settings
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
 from app.gc_tuning import freeze_startup_heap, thaw
-from app.policy.selector import DecisionOutcome, DecisionRequest, decide_many
+from app.policy.registry import PolicyRegistry
+from app.policy.selector import DecisionOutcome, DecisionRequest, Deliver, Wanted, decide_many
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
+
+
+#: a worker's decision leaves this much of the deadline for the reply's trip back to the API
+WORKER_FALLBACK_RESERVE_S = 0.008
+
+
+def batch_decider(
+    registry: PolicyRegistry,
+) -> Callable[[Sequence[DecisionRequest], Wanted, Deliver], list[DecisionOutcome]]:
+    """The worker's batch handler: :func:`decide_many` answering each request when decided."""
+
+    def decide(
+        batch: Sequence[DecisionRequest], wanted: Wanted, deliver: Deliver
+    ) -> list[DecisionOutcome]:
+        return decide_many(
+            batch,
+            registry,
+            fallback_reserve_s=WORKER_FALLBACK_RESERVE_S,
+            wanted=wanted,
+            deliver=deliver,
+        )
+
+    return decide
 
 
 async def run_worker(settings: Settings, *, consumer: str | None = None) -> int:
@@ -33,13 +57,9 @@ async def run_worker(settings: Settings, *, consumer: str | None = None) -> int:
         state = "loaded" if entry.loaded else f"refused ({entry.reason}: {entry.message})"
         logger.info("policy %s@%s %s", entry.name, entry.version, state)
 
-    def decide(batch: Sequence[DecisionRequest]) -> list[DecisionOutcome]:
-        # leave room for the reply's trip back to the API within the deadline
-        return decide_many(batch, registry, fallback_reserve_s=0.008)
-
     worker = RedisWorker(
         settings.REDIS_URL,
-        decide,
+        batch_decider(registry),
         keys=StreamKeys(settings.REDIS_PREFIX),
         options=WorkerOptions(
             max_batch=settings.BATCH_MAX_SIZE,

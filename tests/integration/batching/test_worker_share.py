@@ -9,11 +9,13 @@ from collections.abc import Callable, Sequence
 import redis.asyncio as aioredis
 
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
-from app.policy.selector import DecisionOutcome, DecisionRequest
+from app.policy.selector import DecisionOutcome, DecisionRequest, Deliver, Wanted
 from tests.integration.batching.harness import RedisServer
 
 
-def _never(batch: Sequence[DecisionRequest]) -> list[DecisionOutcome]:
+def _never(
+    batch: Sequence[DecisionRequest], wanted: Wanted, deliver: Deliver
+) -> list[DecisionOutcome]:
     raise AssertionError("no request is queued in this test")
 
 
