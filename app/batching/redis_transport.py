@@ -70,6 +70,10 @@ WORKER_ALIVE_S = 3.0
 #: poll interval of the worker's batch top-up reads
 POLL_S = 0.0005
 
+#: an exchange still running this long after its caller's wait ended is cancelled (its
+#: connection dropped): the server-side BLPOP timeout ends every exchange on a live Redis first
+HUNG_EXCHANGE_S = 2.0
+
 #: consecutive ping timeouts (not refusals) before the queue is reported degraded
 SLOW_PINGS_TO_DEGRADE = 3
 
@@ -138,6 +142,8 @@ class RedisQueue:
         self._slow_pings = 0
         self._redis: aioredis.Redis | None = None
         self._monitor: asyncio.Task[None] | None = None
+        #: exchanges whose caller stopped waiting, left to end on their own
+        self._lingering: set[asyncio.Future[Any]] = set()
 
     async def start(self) -> None:
         self._redis = _client(self.url)
@@ -149,6 +155,10 @@ class RedisQueue:
             self._monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._monitor
+        lingering = list(self._lingering)
+        for exchange in lingering:
+            exchange.cancel()
+        await asyncio.gather(*lingering, return_exceptions=True)
         if self._redis is not None:
             await self._redis.aclose()
 
@@ -208,30 +218,53 @@ class RedisQueue:
         """The worker's reply, or ``None`` if none came within ``wait_s``.
 
         Raises :class:`QueueUnavailableError` when Redis fails (and marks the queue unavailable).
+
+        The caller's wait ends at ``wait_s`` whatever the exchange does, but the exchange is
+        not cancelled (ADR 0073). Its BLPOP times out on the server shortly after, and its
+        connection goes back to the pool. A cancelled redis-py command can lose the
+        cancellation and run on to its server-side timeout (seen under load as ~1.2 s waits
+        for a 70 ms deadline), and a cancelled command's connection is dropped, so under
+        overload every timed-out request cost a reconnect.
         """
         assert self._redis is not None
-        redis = self._redis
         self.in_flight += 1
-        got: Any = None
+        exchange = asyncio.ensure_future(self._bounded_exchange(self._redis, request, wait_s))
         try:
-            # the whole exchange is bounded by the deadline on the client side: Redis times BLPOP
-            # out only at its hz tick (~100 ms late), and a hung server would block XADD; a
-            # cancelled command's connection is dropped, not reused
-            # XADD and BLPOP go out together on one connection (one round trip, not two): the
-            # BLPOP is queued behind the XADD, so it cannot miss the reply
-            async with asyncio.timeout(max(wait_s, 0.001)):
-                got = await self._exchange(redis, request, wait_s)
-        except TimeoutError:
-            got = None  # no answer in time: the caller's fallback decides
-        except UNAVAILABLE as exc:
-            if not isinstance(exc, RedisTimeoutError):
-                self._mark(False, exc)  # refused/reset: Redis is gone; a slow connect is not
-            raise QueueUnavailableError(str(exc)) from exc
+            done, _ = await asyncio.wait({exchange}, timeout=max(wait_s, 0.001))
+        except asyncio.CancelledError:  # the caller went away
+            self._linger(exchange)
+            raise
         finally:
             self.in_flight -= 1
+        if not done:
+            self._linger(exchange)
+            return None  # no answer in time: the caller's fallback decides
+        try:
+            got = exchange.result()
+        except UNAVAILABLE as exc:
+            if not isinstance(exc, RedisTimeoutError | TimeoutError):
+                self._mark(False, exc)  # refused/reset: Redis is gone; a slow connect is not
+            raise QueueUnavailableError(str(exc)) from exc
         if got is None:
             return None
         return outcome_from_json(got[1])
+
+    def _linger(self, exchange: asyncio.Future[Any]) -> None:
+        """Let an exchange nobody waits for finish on its own (a reference keeps it alive)."""
+        self._lingering.add(exchange)
+        exchange.add_done_callback(self._settle)
+
+    def _settle(self, exchange: asyncio.Future[Any]) -> None:
+        self._lingering.discard(exchange)
+        if not exchange.cancelled():
+            exchange.exception()  # retrieved: a late failure is the pings' business
+
+    async def _bounded_exchange(
+        self, redis: aioredis.Redis, request: DecisionRequest, wait_s: float
+    ) -> Any:
+        # only a hung Redis gets here: the BLPOP has its own server-side timeout
+        async with asyncio.timeout(max(wait_s, 0.001) + HUNG_EXCHANGE_S):
+            return await self._exchange(redis, request, wait_s)
 
     async def _exchange(
         self, redis: aioredis.Redis, request: DecisionRequest, wait_s: float
@@ -251,7 +284,8 @@ class RedisQueue:
                 maxlen=self.max_len,
                 approximate=True,
             )
-            pipe.blpop([self.keys.reply(request.request_id)], wait_s + 1.0)
+            # Redis resolves the timeout at its hz tick (up to ~100 ms late); 0 would block forever
+            pipe.blpop([self.keys.reply(request.request_id)], max(wait_s, 0.01))
             try:
                 try:
                     return (await pipe.execute())[1]
