@@ -15,6 +15,10 @@ share of decisions taken by the fallback, and the ratio to the ceiling at the sa
 the answers' latency, as an orchestrator's scheduling cycles would. Below saturation these show
 the latency a batch adds to its members, which closed-loop clients cannot (there, latency is
 clients / throughput once the server is saturated).
+
+Last, the work floor: what the core decision alone costs in this process (the same snapshots,
+the same policies, no HTTP, no storage), and the rough bound it puts on one serving process,
+``1 / (1 / ceiling + decision)`` requests/s, beside the ceiling.
 """
 
 from __future__ import annotations
@@ -320,6 +324,31 @@ def model_dir(work: Path) -> tuple[Path, str]:
     return root, "hpc-bench"
 
 
+def decision_cost_ms(models: Path, policy: str, rounds: int = 20) -> float:
+    """Mean in-process cost of one core decision (``decide_many`` of one request) on the
+    benchmark's snapshots: the part of a request no serving layer can avoid."""
+    from app.policy.onnx_policy import RuntimeOptions
+    from app.policy.registry import PolicyRegistry
+    from app.policy.selector import DecisionRequest, decide_many
+    from app.services.scheduling import state_from_request
+
+    registry = PolicyRegistry(models, RuntimeOptions())
+    registry.discover()
+    requests = [
+        DecisionRequest(
+            f"r{seed}", state_from_request(DecideRequest.model_validate(body)), policy=policy
+        )
+        for seed, body in enumerate(snapshot(policy, s) for s in range(16))
+    ]
+    for request in requests:  # warm-up
+        decide_many([request], registry)
+    started = time.perf_counter()
+    for _ in range(rounds):
+        for request in requests:
+            decide_many([request], registry)
+    return (time.perf_counter() - started) * 1000.0 / (rounds * len(requests))
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.decide")
     parser.add_argument("--seconds", type=float, default=4.0, help="per concurrency level")
@@ -375,6 +404,13 @@ def main(argv: list[str]) -> int:
                 base = opened[("ceiling", rate)].p50_ms
                 print(f"{name:<10} {rate:>7.0f} {r.rps:>8.1f} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} "
                       f"{r.fallback:>8.1%} {r.errors:>6} {r.p50_ms - base:>13.1f}")  # fmt: skip
+        ceiling = max(r.rps for (name, _), r in results.items() if name == "ceiling")
+        print("\nwork floor, in this process: one core decision (no HTTP, no storage)")
+        for name in dict.fromkeys((policy, "f1")):
+            cost = decision_cost_ms(models, name)
+            bound = 1.0 / (1.0 / ceiling + cost / 1000.0)
+            print(f"  {name:<12} {cost:6.3f} ms  -> one process serves at most ~{bound:.0f} req/s "
+                  f"({bound / ceiling:.2f} x ceiling {ceiling:.0f})")  # fmt: skip
     return 0
 
 

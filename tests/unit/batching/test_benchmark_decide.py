@@ -1,0 +1,23 @@
+"""Smoke test: the parts of benchmarks/decide.py that run in the benchmark's own process (the
+figures themselves come from ``python -m benchmarks.decide``)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from benchmarks import decide as bench
+
+
+def test_the_work_floor_is_measured_on_the_benchmark_snapshots(tmp_path: Path) -> None:
+    models, policy = bench.model_dir(tmp_path)
+    for name in (policy, "f1"):
+        cost = bench.decision_cost_ms(models, name, rounds=1)
+        assert math.isfinite(cost)
+        assert cost > 0.0
+
+
+def test_the_snapshot_is_the_one_the_issue_names() -> None:
+    body = bench.snapshot("f1")
+    assert len(body["nodes"]) == 16
+    assert len(body["pending"]) == 64
