@@ -9,7 +9,9 @@ one, else a kernel-shaped ONNX model built here from fixed weights (``--policy f
 heuristic path). Every server is a ``kairos serve`` subprocess on its own SQLite file (the
 embedded default); Redis runs are against ``KAIROS_BENCH_REDIS_URL`` (default
 ``redis://127.0.0.1:6379/0``) under a fresh key prefix. Prints requests/s, p50/p99 latency, the
-share of decisions taken by the fallback, and the ratio to the ceiling at the same concurrency.
+share of decisions taken by the fallback, the ratio to the ceiling at the same concurrency, and
+the CPU cores each server process used during the cell (API first, then workers; from
+``/proc``), which shows which process is the bottleneck.
 
 ``--rates`` adds open-loop cells: requests arrive at a fixed mean rate (Poisson, seeded) whatever
 the answers' latency, as an orchestrator's scheduling cycles would. Below saturation these show
@@ -34,6 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,11 +90,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """From ``/proc/<pid>/stat`` (utime + stime); None where there is no procfs."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cores(before: list[float | None], after: list[float | None], seconds: float) -> str:
+    """CPU cores each process used over a cell: ``api`` or ``api / w1+w2``."""
+    used = [
+        "?" if b is None or a is None else f"{(a - b) / seconds:.2f}"
+        for b, a in zip(before, after, strict=True)
+    ]
+    return used[0] if len(used) == 1 else f"{used[0]} / {'+'.join(used[1:])}"
+
+
 @dataclass
 class Server:
     name: str
     procs: list[subprocess.Popen[bytes]]
     url: str
+
+    def cpu_seconds(self) -> list[float | None]:
+        """User + system CPU seconds of each process so far (the API first, then workers)."""
+        return [_cpu_seconds(p.pid) for p in self.procs]
 
     def stop(self) -> None:
         for p in self.procs:
@@ -166,6 +191,8 @@ class Result:
     p99_ms: float
     fallback: float
     errors: int
+    #: CPU cores the server's processes used during the cell (set by ``main``)
+    cores: str = ""
 
     @classmethod
     def of(cls, latencies: list[float], elapsed: float, fallbacks: int, errors: int) -> Result:
@@ -349,6 +376,23 @@ def decision_cost_ms(models: Path, policy: str, rounds: int = 20) -> float:
     return (time.perf_counter() - started) * 1000.0 / (rounds * len(requests))
 
 
+def _row(*cells: object) -> str:
+    """One line of a results table: name left-aligned, numbers right-aligned, cores last."""
+    name, *numbers, cores = (str(c) for c in cells)
+    widths = (7, 8, 8, 8, 8, 6, 13)
+    return " ".join(
+        [f"{name:<10}", *(f"{n:>{w}}" for n, w in zip(numbers, widths, strict=True)), f" {cores}"]
+    )
+
+
+def measured(server: Server, cell: Coroutine[Any, Any, Result]) -> Result:
+    """Run one cell; note the CPU cores the server's processes used meanwhile."""
+    before, started = server.cpu_seconds(), time.perf_counter()
+    result = asyncio.run(cell)
+    result.cores = _cores(before, server.cpu_seconds(), time.perf_counter() - started)
+    return result
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.decide")
     parser.add_argument("--seconds", type=float, default=4.0, help="per concurrency level")
@@ -380,37 +424,84 @@ def main(argv: list[str]) -> int:
             server = start(name, work, models, redis_url, workers)
             try:
                 for clients in levels:
-                    results[(name, clients)] = asyncio.run(
-                        load(server.url, clients, args.seconds, policy)
+                    results[(name, clients)] = measured(
+                        server, load(server.url, clients, args.seconds, policy)
                     )
                 for rate in rates:
-                    opened[(name, rate)] = asyncio.run(
-                        open_loop(server.url, rate, args.seconds, policy)
+                    opened[(name, rate)] = measured(
+                        server, open_loop(server.url, rate, args.seconds, policy)
                     )
             finally:
                 server.stop()
         print(f"/v1/decide, 16 nodes x 64 jobs, policy {policy}, {args.seconds:.0f} s per cell")
-        print(f"{'config':<10} {'clients':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-              f"{'fallback':>8} {'errors':>6} {'x ceiling':>9}")  # fmt: skip
+        print(
+            _row(
+                "config",
+                "clients",
+                "req/s",
+                "p50 ms",
+                "p99 ms",
+                "fallback",
+                "errors",
+                "x ceiling",
+                "cores api / workers",
+            )
+        )
         for (name, clients), r in results.items():
             ceiling = results[("ceiling", clients)].rps
-            print(f"{name:<10} {clients:>7} {r.rps:>8.1f} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} "
-                  f"{r.fallback:>8.1%} {r.errors:>6} {r.rps / ceiling:>9.2f}")  # fmt: skip
+            print(
+                _row(
+                    name,
+                    clients,
+                    f"{r.rps:.1f}",
+                    f"{r.p50_ms:.1f}",
+                    f"{r.p99_ms:.1f}",
+                    f"{r.fallback:.1%}",
+                    r.errors,
+                    f"{r.rps / ceiling:.2f}",
+                    r.cores,
+                )
+            )
         if opened:
             print(f"\nopen loop (Poisson arrivals), {args.seconds:.0f} s per cell")
-            print(f"{'config':<10} {'offered':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-                  f"{'fallback':>8} {'errors':>6} {'p50 - ceiling':>13}")  # fmt: skip
+            print(
+                _row(
+                    "config",
+                    "offered",
+                    "req/s",
+                    "p50 ms",
+                    "p99 ms",
+                    "fallback",
+                    "errors",
+                    "p50 - ceiling",
+                    "cores api / workers",
+                )
+            )
             for (name, rate), r in opened.items():
                 base = opened[("ceiling", rate)].p50_ms
-                print(f"{name:<10} {rate:>7.0f} {r.rps:>8.1f} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} "
-                      f"{r.fallback:>8.1%} {r.errors:>6} {r.p50_ms - base:>13.1f}")  # fmt: skip
-        ceiling = max(r.rps for (name, _), r in results.items() if name == "ceiling")
-        print("\nwork floor, in this process: one core decision (no HTTP, no storage)")
-        for name in dict.fromkeys((policy, "f1")):
-            cost = decision_cost_ms(models, name)
-            bound = 1.0 / (1.0 / ceiling + cost / 1000.0)
-            print(f"  {name:<12} {cost:6.3f} ms  -> one process serves at most ~{bound:.0f} req/s "
-                  f"({bound / ceiling:.2f} x ceiling {ceiling:.0f})")  # fmt: skip
+                print(
+                    _row(
+                        name,
+                        f"{rate:.0f}",
+                        f"{r.rps:.1f}",
+                        f"{r.p50_ms:.1f}",
+                        f"{r.p99_ms:.1f}",
+                        f"{r.fallback:.1%}",
+                        r.errors,
+                        f"{r.p50_ms - base:.1f}",
+                        r.cores,
+                    )
+                )
+        if results:
+            ceiling = max(r.rps for (name, _), r in results.items() if name == "ceiling")
+            print("\nwork floor, in this process: one core decision (no HTTP, no storage)")
+            for name in dict.fromkeys((policy, "f1")):
+                cost = decision_cost_ms(models, name)
+                bound = 1.0 / (1.0 / ceiling + cost / 1000.0)
+                print(
+                    f"  {name:<12} {cost:6.3f} ms  -> one process serves at most "
+                    f"~{bound:.0f} req/s ({bound / ceiling:.2f} x ceiling {ceiling:.0f})"
+                )
     return 0
 
 
