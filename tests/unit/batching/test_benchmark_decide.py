@@ -4,7 +4,10 @@ figures themselves come from ``python -m benchmarks.decide``)."""
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
+
+import pytest
 
 from benchmarks import decide as bench
 
@@ -21,3 +24,12 @@ def test_the_snapshot_is_the_one_the_issue_names() -> None:
     body = bench.snapshot("f1")
     assert len(body["nodes"]) == 16
     assert len(body["pending"]) == 64
+
+
+def test_cores_are_read_per_process_from_proc() -> None:
+    own = bench._cpu_seconds(os.getpid())
+    if own is None:
+        pytest.skip("no /proc on this system")
+    assert own > 0.0
+    assert bench._cores([1.0], [2.0], 2.0) == "0.50"
+    assert bench._cores([1.0, 0.0, None], [2.0, 0.5, None], 2.0) == "0.50 / 0.25+?"
