@@ -33,6 +33,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.batching.batcher import LoopHandover
+from app.batching.redis_clock import RedisClock
 from app.batching.wire import (
     WireError,
     outcome_from_json,
@@ -144,6 +145,8 @@ class RedisQueue:
         self._monitor: asyncio.Task[None] | None = None
         #: exchanges whose caller stopped waiting, left to end on their own
         self._lingering: set[asyncio.Future[Any]] = set()
+        #: deadlines and heartbeats cross hosts on the Redis server's clock (ADR 0074)
+        self.clock = RedisClock()
 
     async def start(self) -> None:
         self._redis = _client(self.url)
@@ -167,7 +170,8 @@ class RedisQueue:
         only after ``SLOW_PINGS_TO_DEGRADE`` in a row."""
         assert self._redis is not None
         try:
-            await asyncio.wait_for(self._redis.ping(), timeout=1.0)
+            # TIME is the ping: it also keeps the estimate of the server's clock fresh
+            await asyncio.wait_for(self.clock.sample(self._redis), timeout=1.0)
         except (TimeoutError, RedisTimeoutError) as exc:
             self._slow_pings += 1
             if self._slow_pings >= SLOW_PINGS_TO_DEGRADE:
@@ -184,7 +188,7 @@ class RedisQueue:
         assert self._redis is not None
         try:
             alive = await asyncio.wait_for(
-                self._redis.zcount(self.keys.heartbeats, time.time() - WORKER_ALIVE_S, "+inf"),
+                self._redis.zcount(self.keys.heartbeats, self.clock.now() - WORKER_ALIVE_S, "+inf"),
                 timeout=1.0,
             )
         except UNAVAILABLE:
@@ -280,7 +284,11 @@ class RedisQueue:
             pipe = redis.pipeline(transaction=False)
             pipe.xadd(
                 self.keys.stream,
-                {"req": request_to_json(request)},
+                {
+                    "req": request_to_json(
+                        request, self.clock.to_redis if self.clock.synced else None
+                    )
+                },
                 maxlen=self.max_len,
                 approximate=True,
             )
@@ -322,12 +330,11 @@ class WorkerOptions:
     claim_idle_ms: int = 5_000
     claim_interval_ms: int = 1_000
     reply_ttl_s: int = 60
-    #: a request whose deadline passed longer ago than this (by this worker's clock) is
-    #: abandoned: not decided (or no further), not answered, acknowledged. Its requester stopped
-    #: waiting at its deadline plus the API's grace (20 ms) and answered with its own fallback.
-    #: Worker clocks must stay within ``abandon_after_s - 20 ms`` of the API's; a worker running
-    #: further ahead drops requests still waited for, which then get the API's deadline fallback
-    #: (answered, never lost).
+    #: a request whose deadline passed longer ago than this is abandoned: not decided (or no
+    #: further), not answered, acknowledged. Its requester stopped waiting at its deadline plus
+    #: the API's grace (20 ms) and answered with its own fallback. The deadline is judged on
+    #: the Redis server's clock as both sides estimate it (ADR 0074), so host clocks need not
+    #: agree; the margin covers the two estimates' errors (half a round trip each).
     abandon_after_s: float = 0.1
     block_ms: int = 500
 
@@ -351,6 +358,8 @@ class RedisWorker:
         self.options = options or WorkerOptions()
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         self.clock = clock
+        #: deadlines and heartbeats cross hosts on the Redis server's clock (ADR 0074)
+        self.redis_clock = RedisClock(clock)
         self.batches = 0
         self.decided = 0
         #: replies pushed before their batch ended
@@ -378,8 +387,9 @@ class RedisWorker:
         """Tell the API this worker is alive (a separate task: it beats while a batch decides)."""
         assert self._redis is not None
         while not self._stop.is_set():
-            now = time.time()
             try:
+                await asyncio.wait_for(self.redis_clock.sample(self._redis), timeout=1.0)
+                now = self.redis_clock.now()
                 pipe = self._redis.pipeline(transaction=False)
                 pipe.zadd(self.keys.heartbeats, {self.consumer: now})
                 pipe.zremrangebyscore(self.keys.heartbeats, "-inf", now - 60.0)
@@ -398,6 +408,8 @@ class RedisWorker:
         try:
             while not self._stop.is_set():
                 try:
+                    # deadlines are read on the server's clock from the first entry on
+                    await self.redis_clock.sample(self._redis)
                     await self._ensure_group()
                     logger.info("worker %s reading %s", self.consumer, self.keys.stream)
                     backoff = 0.1
@@ -511,10 +523,11 @@ class RedisWorker:
         """
         assert self._redis is not None
         requests: list[DecisionRequest] = []
+        from_redis = self.redis_clock.from_redis if self.redis_clock.synced else None
         now = self.clock()
         for entry_id, fields in entries:
             try:
-                request = request_from_json(fields[b"req"])
+                request = request_from_json(fields[b"req"], from_redis)
             except (WireError, KeyError) as exc:
                 logger.error(
                     "worker %s: dropping undecodable entry %s: %s", self.consumer, entry_id, exc

@@ -7,7 +7,7 @@ Pure functions (no I/O).  Version ``WIRE_VERSION`` is carried in every message; 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from app.domain.decision import DecisionConfig
@@ -116,8 +116,18 @@ def state_from_json(raw: Mapping[str, Any]) -> ClusterState:
     )
 
 
-def request_to_json(request: DecisionRequest) -> str:
+Convert = Callable[[float], float]
+
+
+def request_to_json(request: DecisionRequest, to_redis: Convert | None = None) -> str:
+    """The request as one stream entry. With ``to_redis`` (the sender's
+    :meth:`~app.batching.redis_clock.RedisClock.to_redis`), the deadline also travels as
+    ``deadline_redis``, on the Redis server's clock (ADR 0074); ``deadline`` stays, on the
+    sender's clock, for readers that do not know the field."""
     cfg = request.config
+    extra: dict[str, float] = {}
+    if to_redis is not None and request.deadline is not None:
+        extra["deadline_redis"] = to_redis(request.deadline)
     return json.dumps(
         {
             "v": WIRE_VERSION,
@@ -133,13 +143,17 @@ def request_to_json(request: DecisionRequest) -> str:
             "fallback": request.fallback,
             "shadow": request.shadow,
             "deadline": request.deadline,
+            **extra,
         },
         separators=(",", ":"),
         allow_nan=False,
     )
 
 
-def request_from_json(text: str | bytes) -> DecisionRequest:
+def request_from_json(text: str | bytes, from_redis: Convert | None = None) -> DecisionRequest:
+    """The request of a stream entry. With ``from_redis`` (the reader's
+    :meth:`~app.batching.redis_clock.RedisClock.from_redis`) and a ``deadline_redis`` in the
+    entry, the deadline is converted to the reader's clock; otherwise it is taken as sent."""
     try:
         raw = json.loads(text)
         if raw.get("v") != WIRE_VERSION:
@@ -157,12 +171,18 @@ def request_from_json(text: str | bytes) -> DecisionRequest:
             policy=str(raw["policy"]),
             fallback=str(raw["fallback"]),
             shadow=raw.get("shadow"),
-            deadline=None if raw.get("deadline") is None else float(raw["deadline"]),
+            deadline=_deadline(raw, from_redis),
         )
     except WireError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise WireError(f"undecodable request: {exc!r}") from exc
+
+
+def _deadline(raw: Mapping[str, Any], from_redis: Convert | None) -> float | None:
+    if from_redis is not None and raw.get("deadline_redis") is not None:
+        return from_redis(float(raw["deadline_redis"]))
+    return None if raw.get("deadline") is None else float(raw["deadline"])
 
 
 def decision_to_json(decision: Decision) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.batching.wire import (
@@ -55,6 +57,22 @@ def test_request_round_trip() -> None:
         deadline=123.5,
     )
     assert request_from_json(request_to_json(request)) == request
+
+
+def test_the_deadline_crosses_on_the_redis_clock_when_both_sides_know_it() -> None:
+    """ADR 0074: the sender adds ``deadline_redis``; a reader converts it to its own clock, and
+    a reader without a Redis clock (or an older one) still takes ``deadline`` as sent."""
+    request = DecisionRequest("req-2", _state(), deadline=1_000.25)
+    sent = request_to_json(request, to_redis=lambda t: t + 40.0)  # the sender is 40 s behind
+    assert json.loads(sent)["deadline_redis"] == 1_040.25
+    assert json.loads(sent)["deadline"] == 1_000.25
+    # the reader is 7 s ahead of Redis: the same instant reads 1_047.25 on its clock
+    assert request_from_json(sent, from_redis=lambda t: t + 7.0).deadline == 1_047.25
+    assert request_from_json(sent).deadline == 1_000.25
+    # an entry from a sender without a Redis clock: its deadline is taken as sent
+    assert request_from_json(request_to_json(request), lambda t: t + 7.0).deadline == 1_000.25
+    no_deadline = DecisionRequest("req-3", _state())
+    assert "deadline_redis" not in request_to_json(no_deadline, to_redis=lambda t: t + 1.0)
 
 
 def test_outcome_round_trip() -> None:
