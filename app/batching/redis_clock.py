@@ -10,10 +10,15 @@ trip, plus the drift since), and converts at its edge. Nothing assumes synchroni
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+from redis.exceptions import ResponseError
+
+logger = logging.getLogger(__name__)
 
 #: samples kept; the offset comes from the one with the shortest round trip
 WINDOW = 8
@@ -26,14 +31,32 @@ class RedisClock:
         self.local = local
         #: (round trip, offset) of the most recent samples
         self._samples: deque[tuple[float, float]] = deque(maxlen=window)
+        #: the server refused ``TIME``: no offset, conversions are the identity
+        self.refused = False
 
-    async def sample(self, redis: Any) -> None:
-        """One timed ``TIME``; raises what the client raises (the caller's outage handling)."""
+    async def sample(self, redis: Any) -> bool:
+        """One timed ``TIME``; False (and no more tries) when the server refuses the command.
+
+        Raises what the client raises for an outage (the caller's handling). Without ``TIME``
+        (renamed away on some managed servers) deadlines stay on host clocks, as before ADR 0074.
+        """
+        if self.refused:
+            return False
         sent = self.local()
-        seconds, micros = await redis.time()
+        try:
+            seconds, micros = await redis.time()
+        except ResponseError as exc:
+            self.refused = True
+            logger.warning(
+                "redis refused TIME (%s): deadlines cross hosts on their own clocks; keep API "
+                "and worker clocks within ~80 ms of each other",
+                exc,
+            )
+            return False
         received = self.local()
         server = float(seconds) + float(micros) / 1e6
         self._samples.append((received - sent, server - (sent + received) / 2.0))
+        return True
 
     @property
     def synced(self) -> bool:

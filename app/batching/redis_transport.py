@@ -170,8 +170,7 @@ class RedisQueue:
         only after ``SLOW_PINGS_TO_DEGRADE`` in a row."""
         assert self._redis is not None
         try:
-            # TIME is the ping: it also keeps the estimate of the server's clock fresh
-            await asyncio.wait_for(self.clock.sample(self._redis), timeout=1.0)
+            await asyncio.wait_for(self._ping_once(self._redis), timeout=1.0)
         except (TimeoutError, RedisTimeoutError) as exc:
             self._slow_pings += 1
             if self._slow_pings >= SLOW_PINGS_TO_DEGRADE:
@@ -183,6 +182,11 @@ class RedisQueue:
             self._mark(True, None)
             await self._count_workers()
         return self.available
+
+    async def _ping_once(self, redis: aioredis.Redis) -> None:
+        """TIME is the ping: it keeps the estimate of the server's clock fresh (ADR 0074)."""
+        if not await self.clock.sample(redis):
+            await redis.ping()
 
     async def _count_workers(self) -> None:
         assert self._redis is not None

@@ -45,6 +45,8 @@ def wait_until(predicate: object, timeout: float, what: str, interval: float = 0
 class RedisServer:
     port: int
     proc: subprocess.Popen[bytes] | None = None
+    #: more configuration directives, e.g. ``["--rename-command", "TIME", ""]``
+    extra_args: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -67,6 +69,7 @@ class RedisServer:
                 "no",
                 "--loglevel",
                 "warning",
+                *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

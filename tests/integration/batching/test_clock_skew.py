@@ -17,7 +17,7 @@ from app.batching.redis_transport import RedisQueue, RedisWorker, StreamKeys, Wo
 from app.batching.wire import request_to_json
 from app.domain.types import ClusterState, Job, Node
 from app.policy.selector import DecisionOutcome, DecisionRequest, Deliver, Wanted, decide_many
-from tests.integration.batching.harness import RedisServer
+from tests.integration.batching.harness import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
 
@@ -167,3 +167,31 @@ async def test_the_api_counts_a_worker_whose_clock_is_ten_seconds_behind(
         worker.stop()
         await task
         await queue.close()
+
+
+async def test_a_server_without_time_keeps_serving_on_host_clocks() -> None:
+    """Some managed servers rename TIME away: the API and the worker then ping, heartbeat and
+    judge deadlines on their own clocks (as before ADR 0074) instead of failing."""
+    server = RedisServer(free_port(), extra_args=["--rename-command", "TIME", ""])
+    server.start()
+    keys = StreamKeys(f"skew-{uuid.uuid4().hex[:8]}")
+    queue = RedisQueue(server.url, keys, ping_interval_s=0.05)
+    recorder = _Recorder()
+    worker = _worker(server, keys, recorder, time.time)
+    task = asyncio.create_task(worker.run())
+    try:
+        await queue.start()
+        assert queue.available
+        assert queue.clock.refused
+        await _until(lambda: queue.workers >= 1, "the API to count the worker")
+        assert worker.redis_clock.refused
+        deadline = time.time() + 2.0
+        reply = await queue.submit(_request("plain", deadline), wait_s=2.0)
+        assert reply is not None
+        assert reply[0].decision is not None
+        assert recorder.deadlines["plain"] == deadline
+    finally:
+        worker.stop()
+        await task
+        await queue.close()
+        server.kill()
