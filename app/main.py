@@ -65,8 +65,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         pipeline = pipeline_from_settings(settings, on_batch=metrics.observe_batch)
         metrics.track_queue_depth(pipeline.queue_depth)
         decisions = DecisionService(
-            default_deadline_s=settings.DEFAULT_DEADLINE_MS / 1000.0, pipeline=pipeline
+            default_deadline_s=settings.DEFAULT_DEADLINE_MS / 1000.0,
+            pipeline=pipeline,
+            max_in_flight=settings.MAX_DECISIONS_IN_FLIGHT,
         )
+        metrics.track_decisions_in_flight(lambda: decisions.gate.in_flight)
         decisions.add_observer(metrics.observe_decision)
         janitor = (
             IdempotencyJanitor(

@@ -65,11 +65,20 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.decisions_in_flight = Gauge(
+            "kairos_decisions_in_flight",
+            "Decisions this process is working on (KAIROS_MAX_DECISIONS_IN_FLIGHT bounds it).",
+            registry=self.registry,
+        )
+
     def observe_batch(self, size: int) -> None:
         self.batch_size.observe(size)
 
     def track_queue_depth(self, depth: Callable[[], float]) -> None:
         self.queue_depth.set_function(depth)
+
+    def track_decisions_in_flight(self, count: Callable[[], float]) -> None:
+        self.decisions_in_flight.set_function(count)
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()

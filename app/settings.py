@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     MAX_BODY_BYTES: int = Field(default=8 * 1024 * 1024, gt=0)
     #: Deadline for the primary policy of one decision; past it the fallback heuristic decides.
     DEFAULT_DEADLINE_MS: float = Field(default=50.0, gt=0)
+    #: Decisions one process works on at once (``/v1/decide``, ``/schedule``); one more is
+    #: refused with 429 ``overloaded`` and ``Retry-After`` instead of queueing (ADR 0075).
+    #: 0: no limit.
+    MAX_DECISIONS_IN_FLIGHT: int = Field(default=1024, ge=0)
     BATCH_MAX_SIZE: int = Field(default=32, ge=1)
     BATCH_MAX_WAIT_MS: float = Field(default=2.0, ge=0)
     #: Wait BATCH_MAX_WAIT_MS for batch-mates only once batches hold several requests (ADR 0045).

@@ -148,10 +148,18 @@ def _wait_up(url: str, timeout: float = 180.0) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-def start(name: str, workdir: Path, models: Path, redis_url: str | None, workers: int) -> Server:
+def start(
+    name: str,
+    workdir: Path,
+    models: Path,
+    redis_url: str | None,
+    workers: int,
+    extra_env: dict[str, str] | None = None,
+) -> Server:
     port = free_port()
     env = {
         **os.environ,
+        **(extra_env or {}),
         "KAIROS_DATABASE_URL": f"sqlite:///{workdir / (name + '.db')}",
         "KAIROS_MODELS_DIR": str(models),
         "KAIROS_LOG_LEVEL": "warning",
@@ -191,11 +199,15 @@ class Result:
     p99_ms: float
     fallback: float
     errors: int
+    #: share of requests refused with 429 (admission, ``--admit``); not in the latencies
+    refused: float = 0.0
     #: CPU cores the server's processes used during the cell (set by ``main``)
     cores: str = ""
 
     @classmethod
-    def of(cls, latencies: list[float], elapsed: float, fallbacks: int, errors: int) -> Result:
+    def of(
+        cls, latencies: list[float], elapsed: float, fallbacks: int, errors: int, refused: int = 0
+    ) -> Result:
         lat = np.array(latencies) * 1000.0
         return cls(
             rps=len(latencies) / elapsed,
@@ -203,6 +215,7 @@ class Result:
             p99_ms=float(np.percentile(lat, 99)),
             fallback=fallbacks / max(1, len(latencies)),
             errors=errors,
+            refused=refused / max(1, len(latencies) + refused),
         )
 
 
@@ -211,12 +224,13 @@ async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
     latencies: list[float] = []
     fallbacks = 0
     errors = 0
+    refused = 0
     connected = asyncio.Barrier(clients + 1)
     go = asyncio.Event()
     stop_at = 0.0
 
     async def client(k: int) -> None:
-        nonlocal fallbacks, errors
+        nonlocal fallbacks, errors, refused
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             # connect before the clock starts: the cell measures steady state, not TCP setup
             await http.get("/healthz")
@@ -226,12 +240,16 @@ async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
             while time.perf_counter() < stop_at:
                 t0 = time.perf_counter()
                 r = await http.post("/v1/decide", json=bodies[i % len(bodies)])
+                i += clients
+                if r.status_code == 429:  # shed: back off as the SDK does
+                    refused += 1
+                    await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
+                    continue
                 latencies.append(time.perf_counter() - t0)
                 if r.status_code != 200:
                     errors += 1
                 elif r.json().get("fallback", {}).get("used"):
                     fallbacks += 1
-                i += clients
 
     async with httpx.AsyncClient(base_url=url, timeout=30) as warm:
         for _ in range(3):
@@ -243,7 +261,7 @@ async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
     go.set()
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - started
-    return Result.of(latencies, elapsed, fallbacks, errors)
+    return Result.of(latencies, elapsed, fallbacks, errors, refused)
 
 
 class _Conn:
@@ -302,6 +320,7 @@ async def open_loop(url: str, rate: float, seconds: float, policy: str, seed: in
     latencies: list[float] = []
     fallbacks = 0
     errors = 0
+    refused = 0
 
     async def take() -> _Conn:
         while idle:
@@ -312,7 +331,7 @@ async def open_loop(url: str, rate: float, seconds: float, policy: str, seed: in
         return await _Conn.open(host, int(port))
 
     async def one(i: int, at: float) -> None:
-        nonlocal fallbacks, errors
+        nonlocal fallbacks, errors, refused
         delay = at - (time.perf_counter() - started)
         if delay > 0:
             await asyncio.sleep(delay)
@@ -324,8 +343,11 @@ async def open_loop(url: str, rate: float, seconds: float, policy: str, seed: in
             conn.close()
             errors += 1
             return
-        latencies.append(time.perf_counter() - t0)
         idle.append(conn)
+        if status == 429:
+            refused += 1
+            return
+        latencies.append(time.perf_counter() - t0)
         if status != 200:
             errors += 1
         elif json.loads(body).get("fallback", {}).get("used"):
@@ -336,7 +358,7 @@ async def open_loop(url: str, rate: float, seconds: float, policy: str, seed: in
     elapsed = time.perf_counter() - started
     for conn in idle:
         conn.close()
-    return Result.of(latencies, elapsed, fallbacks, errors)
+    return Result.of(latencies, elapsed, fallbacks, errors, refused)
 
 
 def model_dir(work: Path) -> tuple[Path, str]:
@@ -379,7 +401,7 @@ def decision_cost_ms(models: Path, policy: str, rounds: int = 20) -> float:
 def _row(*cells: object) -> str:
     """One line of a results table: name left-aligned, numbers right-aligned, cores last."""
     name, *numbers, cores = (str(c) for c in cells)
-    widths = (7, 8, 8, 8, 8, 6, 13)
+    widths = (7, 8, 8, 8, 8, 8, 6, 13)
     return " ".join(
         [f"{name:<10}", *(f"{n:>{w}}" for n, w in zip(numbers, widths, strict=True)), f" {cores}"]
     )
@@ -404,6 +426,13 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--skip-redis", action="store_true")
     parser.add_argument(
+        "--admit",
+        type=int,
+        default=0,
+        help="also run the embedded default with KAIROS_MAX_DECISIONS_IN_FLIGHT=N (shed "
+        "requests are 429s, counted as refused; closed-loop clients honour Retry-After)",
+    )
+    parser.add_argument(
         "--rates",
         default="",
         help="open-loop arrival rates (req/s), e.g. 100,200 (default: no open-loop cells)",
@@ -415,13 +444,19 @@ def main(argv: list[str]) -> int:
         work = Path(tmp)
         models, onnx_name = model_dir(work)
         policy = args.policy or onnx_name
-        configs: list[tuple[str, str | None, int]] = [("ceiling", None, 0), ("embedded", None, 0)]
+        configs: list[tuple[str, str | None, int, dict[str, str]]] = [
+            ("ceiling", None, 0, {}),
+            ("embedded", None, 0, {}),
+        ]
+        if args.admit:
+            cap = {"KAIROS_MAX_DECISIONS_IN_FLIGHT": str(args.admit)}
+            configs.append((f"admit-{args.admit}", None, 0, cap))
         if not args.skip_redis:
-            configs += [("redis-1w", args.redis_url, 1), ("redis-2w", args.redis_url, 2)]
+            configs += [("redis-1w", args.redis_url, 1, {}), ("redis-2w", args.redis_url, 2, {})]
         results: dict[tuple[str, int], Result] = {}
         opened: dict[tuple[str, float], Result] = {}
-        for name, redis_url, workers in configs:
-            server = start(name, work, models, redis_url, workers)
+        for name, redis_url, workers, extra_env in configs:
+            server = start(name, work, models, redis_url, workers, extra_env)
             try:
                 for clients in levels:
                     results[(name, clients)] = measured(
@@ -442,6 +477,7 @@ def main(argv: list[str]) -> int:
                 "p50 ms",
                 "p99 ms",
                 "fallback",
+                "refused",
                 "errors",
                 "x ceiling",
                 "cores api / workers",
@@ -457,6 +493,7 @@ def main(argv: list[str]) -> int:
                     f"{r.p50_ms:.1f}",
                     f"{r.p99_ms:.1f}",
                     f"{r.fallback:.1%}",
+                    f"{r.refused:.1%}",
                     r.errors,
                     f"{r.rps / ceiling:.2f}",
                     r.cores,
@@ -472,6 +509,7 @@ def main(argv: list[str]) -> int:
                     "p50 ms",
                     "p99 ms",
                     "fallback",
+                    "refused",
                     "errors",
                     "p50 - ceiling",
                     "cores api / workers",
@@ -487,6 +525,7 @@ def main(argv: list[str]) -> int:
                         f"{r.p50_ms:.1f}",
                         f"{r.p99_ms:.1f}",
                         f"{r.fallback:.1%}",
+                        f"{r.refused:.1%}",
                         r.errors,
                         f"{r.p50_ms - base:.1f}",
                         r.cores,

@@ -49,6 +49,18 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+#: ``responses=`` entry of the operations that decide: refused when the replica is at its limit
+OVERLOADED_RESPONSE: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": ErrorResponse,
+        "description": (
+            "`overloaded`: this replica already works on KAIROS_MAX_DECISIONS_IN_FLIGHT "
+            "decisions; nothing was decided or changed. Retry after `Retry-After` seconds."
+        ),
+    }
+}
+
+
 def error_body(code: str, message: str, details: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": list(details)}}
 

@@ -13,9 +13,10 @@ than reaching the database.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -44,6 +45,7 @@ from app.domain.types import (
     PolicyRef,
 )
 from app.policy.selector import DecisionRequest as PipelineRequest
+from app.services.errors import TooManyRequestsError
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +194,42 @@ def check_decision(state: ClusterState, decision: Decision) -> list[str]:
     return problems
 
 
+class DecisionGate:
+    """Bounds the decisions one process works on at once (ADR 0075).
+
+    Past the limit a decision is refused at once (429 ``overloaded``, ``Retry-After``) instead
+    of queueing behind work that already misses its deadlines: a refused caller retries on
+    another replica or a little later, and the admitted ones keep their latency. Only the event
+    loop touches the counter.
+    """
+
+    #: seconds a refused caller is told to wait
+    RETRY_AFTER_S = 1
+
+    def __init__(self, limit: int) -> None:
+        #: 0: no limit
+        self.limit = limit
+        self.in_flight = 0
+        #: decisions refused since start
+        self.refused = 0
+
+    @contextlib.contextmanager
+    def admit(self) -> Iterator[None]:
+        if self.limit and self.in_flight >= self.limit:
+            self.refused += 1
+            raise TooManyRequestsError(
+                f"this replica is already working on {self.in_flight} decisions, its limit "
+                "(KAIROS_MAX_DECISIONS_IN_FLIGHT); retry after Retry-After seconds",
+                code="overloaded",
+                headers={"Retry-After": str(self.RETRY_AFTER_S)},
+            )
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+
+
 class DecisionService:
     """Computes decisions; one instance per process, built in ``lifespan``.
 
@@ -206,8 +244,11 @@ class DecisionService:
         default_deadline_s: float,
         max_threads: int = 4,
         pipeline: DecisionPipeline | None = None,
+        max_in_flight: int = 0,
     ) -> None:
         self.default_deadline_s = default_deadline_s
+        #: admission: decisions at once in this process (0: no limit)
+        self.gate = DecisionGate(max_in_flight)
         self._limiter = anyio.CapacityLimiter(max_threads)
         self._observers: list[Callable[[DecisionOutcome], None]] = []
         #: the decision pipeline (ONNX models, batching, Redis); None: heuristics in a thread
@@ -337,8 +378,19 @@ class DecisionService:
         """Decide ``state`` with ``spec.policy``, falling back to ``spec.fallback``.
 
         ``request_id`` identifies the request end to end (the pipeline's idempotency key).
-        Raises :class:`InvalidSnapshotError` for an inconsistent snapshot.
+        Raises :class:`InvalidSnapshotError` for an inconsistent snapshot and
+        :class:`TooManyRequestsError` when this process is at its limit (nothing is decided).
         """
+        with self.gate.admit():
+            return await self._decide(state, spec, request_id, deadline_s)
+
+    async def _decide(
+        self,
+        state: ClusterState,
+        spec: DecisionSpec,
+        request_id: str,
+        deadline_s: float | None,
+    ) -> DecisionOutcome:
         started = time.perf_counter()
         try:
             validate_snapshot(state)

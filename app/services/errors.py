@@ -67,6 +67,11 @@ class UnprocessableError(ServiceError):
     code = "validation_error"
 
 
+class TooManyRequestsError(ServiceError):
+    status_code = 429
+    code = "rate_limited"
+
+
 class UnavailableError(ServiceError):
     status_code = 503
     code = "unavailable"

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Header
 
 from app.api.deps import CtxDep, DecisionServiceDep, DecisionWriterDep, SettingsDep, TenantDep
-from app.api.errors import ERROR_RESPONSES
+from app.api.errors import ERROR_RESPONSES, OVERLOADED_RESPONSE
 from app.api.v1.params import ClusterId, Cursor, DecisionId, Limit
 from app.schemas.common import DEFAULT_PAGE_LIMIT, Page, example
 from app.schemas.decision import (
@@ -35,6 +35,7 @@ RequestId = Annotated[
 @router.post(
     "/clusters/{cluster_id}/schedule",
     response_model=DecisionRead,
+    responses=OVERLOADED_RESPONSE,
     summary="Run a scheduling round",
     description=(
         "Decides which pending jobs start now and where, with the cluster's policy (or `policy`) "
@@ -72,6 +73,7 @@ async def schedule_cluster(
 @router.post(
     "/decide",
     response_model=DecisionRead,
+    responses=OVERLOADED_RESPONSE,
     summary="Decide on a snapshot (stateless)",
     description=(
         "Decides on a cluster snapshot sent in the body. Nothing about any cluster changes; the "

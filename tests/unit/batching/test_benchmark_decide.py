@@ -33,3 +33,10 @@ def test_cores_are_read_per_process_from_proc() -> None:
     assert own > 0.0
     assert bench._cores([1.0], [2.0], 2.0) == "0.50"
     assert bench._cores([1.0, 0.0, None], [2.0, 0.5, None], 2.0) == "0.50 / 0.25+?"
+
+
+def test_refused_requests_are_a_share_and_stay_out_of_the_latencies() -> None:
+    r = bench.Result.of([0.010, 0.020, 0.030], elapsed=1.0, fallbacks=0, errors=0, refused=1)
+    assert r.rps == 3.0
+    assert r.refused == 0.25
+    assert r.p99_ms < 30.0 + 1e-9

@@ -1,0 +1,137 @@
+"""Admission (ADR 0075): past ``KAIROS_MAX_DECISIONS_IN_FLIGHT`` decisions at once, a replica
+refuses the next one with 429 ``overloaded`` and ``Retry-After``; nothing is decided, stored or
+applied, and the retry (same ``X-Request-ID`` or ``Idempotency-Key``) runs as new."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import func, select
+
+from app.db.orm import DecisionRecord
+from app.db.session import Database
+from app.schemas.decision import DECIDE_EXAMPLE
+from app.services.decision import DecisionGate
+from app.settings import Settings
+from tests.factories import job_spec, make_cluster
+
+LIMIT = 2
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return Settings(
+        DATABASE_URL=database_url, DEFAULT_DEADLINE_MS=5_000, MAX_DECISIONS_IN_FLIGHT=LIMIT
+    )
+
+
+@contextlib.contextmanager
+def _busy(app: FastAPI) -> Iterator[DecisionGate]:
+    """The replica at its limit: LIMIT decisions admitted and not finished."""
+    gate: DecisionGate = app.state.decisions.gate
+    with contextlib.ExitStack() as stack:
+        for _ in range(LIMIT):
+            stack.enter_context(gate.admit())
+        yield gate
+
+
+async def _stored(app: FastAPI, request_id: str) -> int:
+    database: Database = app.state.database
+    async with database.transaction(write=False) as session:
+        stmt = select(func.count()).where(DecisionRecord.request_id == request_id)
+        return int((await session.execute(stmt)).scalar_one())
+
+
+def _refused(r: httpx.Response) -> None:
+    assert r.status_code == 429, r.text
+    error = r.json()["error"]
+    assert error["code"] == "overloaded"
+    assert "KAIROS_MAX_DECISIONS_IN_FLIGHT" in error["message"]
+    assert r.headers["Retry-After"] == "1"
+
+
+async def test_decide_past_the_limit_is_429_and_the_retry_is_new(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    rid = f"req-{uuid.uuid4().hex}"
+    with _busy(app) as gate:
+        r = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": rid})
+        _refused(r)
+        assert gate.refused == 1
+        metrics = (await client.get("/metrics")).text
+        assert f"kairos_decisions_in_flight {float(LIMIT)}" in metrics
+        assert 'status="429"' in metrics
+        # health and reads are not decisions: still served
+        assert (await client.get("/readyz")).status_code == 200
+    assert await _stored(app, rid) == 0
+    r = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": rid})
+    assert r.status_code == 200, r.text
+    assert await _stored(app, rid) == 1
+    assert gate.in_flight == 0
+
+
+async def test_a_refused_round_applies_nothing_and_keeps_its_idempotency_key(
+    app: FastAPI, client: httpx.AsyncClient, cid: str
+) -> None:
+    await make_cluster(client, cid, nodes=1, cluster={"policy": "f1"}, cpu=8)
+    r = await client.post(
+        f"/v1/clusters/{cid}/jobs/batch", json={"jobs": [job_spec("a", cpu=4, submit_time=1.0)]}
+    )
+    assert r.status_code == 201, r.text
+    key = {"Idempotency-Key": f"round-{uuid.uuid4().hex}"}
+    with _busy(app):
+        _refused(await client.post(f"/v1/clusters/{cid}/schedule", json={}, headers=key))
+    cluster = (await client.get(f"/v1/clusters/{cid}")).json()
+    assert cluster["pending_jobs"] == 1
+    assert cluster["allocated"].get("cpu", 0) == 0
+    assert (await client.get(f"/v1/clusters/{cid}/decisions")).json()["items"] == []
+    # the key was not spent on the refusal: the retry runs, and a repeat replays it
+    first = await client.post(f"/v1/clusters/{cid}/schedule", json={}, headers=key)
+    assert first.status_code == 200, first.text
+    assert [a["job_id"] for a in first.json()["allocations"]] == ["a"]
+    again = await client.post(f"/v1/clusters/{cid}/schedule", json={}, headers=key)
+    assert again.status_code == 200
+    assert again.json()["id"] == first.json()["id"]
+
+
+async def test_every_decision_leaves_the_gate_whatever_its_end(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """Answered, refused as invalid (422) or a repeated request id (409): the count returns to
+    zero, so a replica never locks itself out."""
+    gate: DecisionGate = app.state.decisions.gate
+    rid = f"req-{uuid.uuid4().hex}"
+    ok = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": rid})
+    assert ok.status_code == 200
+    dup = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": rid})
+    assert dup.status_code == 409
+    bad = {
+        **DECIDE_EXAMPLE,
+        "running": [
+            {
+                "job": job_spec("r", cpu=1),
+                "placements": [{"node_id": "nowhere", "tasks": 1}],
+                "start_time": 1.0,
+            }
+        ],
+    }
+    invalid = await client.post("/v1/decide", json=bad)
+    assert invalid.status_code == 422, invalid.text
+    assert gate.in_flight == 0
+    for _ in range(3 * LIMIT):  # more decisions than the limit, one after another: all admitted
+        assert (await client.post("/v1/decide", json=DECIDE_EXAMPLE)).status_code == 200
+    assert gate.refused == 0
+
+
+def test_no_limit_admits_any_number() -> None:
+    gate = DecisionGate(0)
+    with contextlib.ExitStack() as stack:
+        for _ in range(10_000):
+            stack.enter_context(gate.admit())
+        assert gate.in_flight == 10_000
+    assert gate.in_flight == 0
