@@ -90,13 +90,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _cpu_seconds(pid: int) -> float | None:
+def _own_cpu_seconds(pid: int) -> float | None:
     """From ``/proc/<pid>/stat`` (utime + stime); None where there is no procfs."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of ``pid`` and its live descendants (``kairos serve`` with
+    ``KAIROS_WORKERS`` > 1 serves from uvicorn's child processes); None without procfs."""
+    own = _own_cpu_seconds(pid)
+    if own is None:
+        return None
+    return own + sum(_cpu_seconds(child) or 0.0 for child in _children(pid))
 
 
 def _cores(before: list[float | None], after: list[float | None], seconds: float) -> str:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +36,34 @@ def test_cores_are_read_per_process_from_proc() -> None:
     assert own > 0.0
     assert bench._cores([1.0], [2.0], 2.0) == "0.50"
     assert bench._cores([1.0, 0.0, None], [2.0, 0.5, None], 2.0) == "0.50 / 0.25+?"
+
+
+def test_cores_count_child_processes() -> None:
+    """A server that serves from child processes (uvicorn workers) is measured whole."""
+    if bench._cpu_seconds(os.getpid()) is None:
+        pytest.skip("no /proc on this system")
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\n"
+            "t = time.process_time()\n"
+            "while time.process_time() - t < 0.3: pass\n"
+            "time.sleep(30)",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            own = bench._own_cpu_seconds(os.getpid()) or 0.0
+            tree = bench._cpu_seconds(os.getpid()) or 0.0
+            if tree - own >= 0.3:
+                break
+            time.sleep(0.05)
+        assert tree - own >= 0.3
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_refused_requests_are_a_share_and_stay_out_of_the_latencies() -> None:
