@@ -20,8 +20,10 @@ from redis.exceptions import ResponseError
 
 logger = logging.getLogger(__name__)
 
-#: samples kept; the offset comes from the one with the shortest round trip
-WINDOW = 8
+#: samples kept (16 s of API pings, 32 s of worker heartbeats); the offset comes from the one
+#: with the shortest round trip, so a busy event loop (which inflates every round trip it
+#: measures) does not degrade the estimate unless it stays busy for the whole window
+WINDOW = 32
 
 
 class RedisClock:
