@@ -560,7 +560,43 @@ def main(argv: list[str]) -> int:
                     f"  {name:<12} {cost:6.3f} ms  -> one process serves at most "
                     f"~{bound:.0f} req/s ({bound / ceiling:.2f} x ceiling {ceiling:.0f})"
                 )
+            print("\ntargets (issue #3)")
+            for line in verdicts(results):
+                print(f"  {line}")
     return 0
+
+
+def verdicts(results: dict[tuple[str, int], Result]) -> list[str]:
+    """Each target of the issue, met or not, with the figure that decides it (only for the
+    cells this run measured)."""
+    out: list[str] = []
+    levels = sorted({c for (_, c) in results})
+    ratios = [
+        results[("embedded", c)].rps / results[("ceiling", c)].rps
+        for c in levels
+        if ("embedded", c) in results
+    ]
+    if ratios:
+        best = max(ratios)
+        out.append(
+            f"{'met' if best >= 0.8 else 'NOT met'}: embedded >= 0.8 x ceiling "
+            f"(best {best:.2f} over {','.join(map(str, levels))} clients)"
+        )
+    if ("embedded", 32) in results:
+        p99 = results[("embedded", 32)].p99_ms
+        own = results[("ceiling", 32)].p99_ms
+        out.append(
+            f"{'met' if p99 < 25.0 else 'NOT met'}: embedded p99 < 25 ms at 32 clients "
+            f"({p99:.1f} ms; the bare ceiling's own p99 there: {own:.1f} ms)"
+        )
+    pairs = [c for c in levels if ("redis-1w", c) in results and ("redis-2w", c) in results]
+    if pairs:
+        wins = [c for c in pairs if results[("redis-2w", c)].rps > results[("redis-1w", c)].rps]
+        out.append(
+            f"{'met' if len(wins) == len(pairs) else 'NOT met'}: 2 workers > 1 worker "
+            f"(more throughput at {len(wins)} of {len(pairs)} client counts)"
+        )
+    return out
 
 
 if __name__ == "__main__":
