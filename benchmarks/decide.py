@@ -223,6 +223,20 @@ class Result:
     #: CPU cores the server's processes used during the cell (set by ``main``)
     cores: str = ""
 
+    #: the headings of :meth:`cells`
+    HEADS = ("req/s", "p50 ms", "p99 ms", "fallback", "refused", "errors")
+
+    def cells(self) -> tuple[str, ...]:
+        """The columns both tables share, formatted."""
+        return (
+            f"{self.rps:.1f}",
+            f"{self.p50_ms:.1f}",
+            f"{self.p99_ms:.1f}",
+            f"{self.fallback:.1%}",
+            f"{self.refused:.1%}",
+            str(self.errors),
+        )
+
     @classmethod
     def of(
         cls, latencies: list[float], elapsed: float, fallbacks: int, errors: int, refused: int = 0
@@ -488,68 +502,16 @@ def main(argv: list[str]) -> int:
             finally:
                 server.stop()
         print(f"/v1/decide, 16 nodes x 64 jobs, policy {policy}, {args.seconds:.0f} s per cell")
-        print(
-            _row(
-                "config",
-                "clients",
-                "req/s",
-                "p50 ms",
-                "p99 ms",
-                "fallback",
-                "refused",
-                "errors",
-                "x ceiling",
-                "cores api / workers",
-            )
-        )
+        print(_row("config", "clients", *Result.HEADS, "x ceiling", "cores api / workers"))
         for (name, clients), r in results.items():
             ceiling = results[("ceiling", clients)].rps
-            print(
-                _row(
-                    name,
-                    clients,
-                    f"{r.rps:.1f}",
-                    f"{r.p50_ms:.1f}",
-                    f"{r.p99_ms:.1f}",
-                    f"{r.fallback:.1%}",
-                    f"{r.refused:.1%}",
-                    r.errors,
-                    f"{r.rps / ceiling:.2f}",
-                    r.cores,
-                )
-            )
+            print(_row(name, clients, *r.cells(), f"{r.rps / ceiling:.2f}", r.cores))
         if opened:
             print(f"\nopen loop (Poisson arrivals), {args.seconds:.0f} s per cell")
-            print(
-                _row(
-                    "config",
-                    "offered",
-                    "req/s",
-                    "p50 ms",
-                    "p99 ms",
-                    "fallback",
-                    "refused",
-                    "errors",
-                    "p50 - ceiling",
-                    "cores api / workers",
-                )
-            )
+            print(_row("config", "offered", *Result.HEADS, "p50 - ceiling", "cores api / workers"))
             for (name, rate), r in opened.items():
                 base = opened[("ceiling", rate)].p50_ms
-                print(
-                    _row(
-                        name,
-                        f"{rate:.0f}",
-                        f"{r.rps:.1f}",
-                        f"{r.p50_ms:.1f}",
-                        f"{r.p99_ms:.1f}",
-                        f"{r.fallback:.1%}",
-                        f"{r.refused:.1%}",
-                        r.errors,
-                        f"{r.p50_ms - base:.1f}",
-                        r.cores,
-                    )
-                )
+                print(_row(name, f"{rate:.0f}", *r.cells(), f"{r.p50_ms - base:.1f}", r.cores))
         if results:
             ceiling = max(r.rps for (name, _), r in results.items() if name == "ceiling")
             print("\nwork floor, in this process: one core decision (no HTTP, no storage)")
