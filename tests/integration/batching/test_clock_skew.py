@@ -5,9 +5,11 @@ against a redis-server of the test's own."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 
 import pytest
 import redis.asyncio as aioredis
@@ -42,17 +44,40 @@ class _Recorder:
         return decide_many(batch, None, wanted=wanted, deliver=deliver)
 
 
-def _worker(
-    server: RedisServer, keys: StreamKeys, decider: _Recorder, clock: Callable[[], float]
-) -> RedisWorker:
-    return RedisWorker(
-        server.url,
-        decider,
+@dataclass
+class _Stack:
+    queue: RedisQueue
+    worker: RedisWorker
+    recorder: _Recorder
+
+    @property
+    def keys(self) -> StreamKeys:
+        return self.queue.keys
+
+
+@contextlib.asynccontextmanager
+async def _serving(url: str, worker_clock: Callable[[], float]) -> AsyncIterator[_Stack]:
+    """An API-side queue (this host's clock) and a worker whose host clock is ``worker_clock``,
+    on a fresh stream prefix."""
+    keys = StreamKeys(f"skew-{uuid.uuid4().hex[:8]}")
+    recorder = _Recorder()
+    worker = RedisWorker(
+        url,
+        recorder,
         keys=keys,
         options=WorkerOptions(max_batch=4, max_wait_ms=5.0, block_ms=50),
         consumer="skewed",
-        clock=clock,
+        clock=worker_clock,
     )
+    queue = RedisQueue(url, keys, ping_interval_s=0.05)
+    task = asyncio.create_task(worker.run())
+    try:
+        await queue.start()
+        yield _Stack(queue, worker, recorder)
+    finally:
+        worker.stop()
+        await task
+        await queue.close()
 
 
 async def _until(predicate: Callable[[], bool], what: str, within_s: float = 5.0) -> None:
@@ -88,27 +113,19 @@ async def test_a_worker_two_seconds_ahead_answers_a_request_with_one_second_left
 ) -> None:
     """By its own clock the request expired a second ago (the old rule dropped it unanswered);
     on the server's clock it has a second left."""
-    keys = StreamKeys(f"skew-{uuid.uuid4().hex[:8]}")
-    queue = RedisQueue(redis_server.url, keys, ping_interval_s=0.05)
-    recorder = _Recorder()
-    worker = _worker(redis_server, keys, recorder, lambda: time.time() + 2.0)
-    task = asyncio.create_task(worker.run())
-    await queue.start()
-    try:
-        await _until(lambda: worker.redis_clock.synced and queue.clock.synced, "clock samples")
+    async with _serving(redis_server.url, lambda: time.time() + 2.0) as stack:
+        await _until(
+            lambda: stack.worker.redis_clock.synced and stack.queue.clock.synced, "clock samples"
+        )
         deadline = time.time() + 1.0
-        reply = await queue.submit(_request("ahead", deadline), wait_s=1.0)
+        reply = await stack.queue.submit(_request("ahead", deadline), wait_s=1.0)
         assert reply is not None, "the skewed worker dropped a request still waited for"
         outcome = reply[0]
         assert outcome.decision is not None
         assert not outcome.fallback_used
-        seen = recorder.deadlines["ahead"]
+        seen = stack.recorder.deadlines["ahead"]
         # the worker judged the deadline on its own clock, shifted by its 2 s
         assert seen == pytest.approx(deadline + 2.0, abs=0.05)
-    finally:
-        worker.stop()
-        await task
-        await queue.close()
 
 
 async def test_a_worker_two_seconds_behind_drops_a_request_nobody_waits_for(
@@ -116,31 +133,30 @@ async def test_a_worker_two_seconds_behind_drops_a_request_nobody_waits_for(
 ) -> None:
     """The request's deadline passed half a second ago; by the worker's clock it has 1.5 s
     left (the old rule decided it and answered nobody)."""
-    keys = StreamKeys(f"skew-{uuid.uuid4().hex[:8]}")
     client = aioredis.Redis.from_url(redis_server.url)
-    api_clock = RedisClock()
-    recorder = _Recorder()
-    worker = _worker(redis_server, keys, recorder, lambda: time.time() - 2.0)
-    task = asyncio.create_task(worker.run())
     try:
-        await api_clock.sample(client)
-        await _until(lambda: worker.redis_clock.synced, "the worker's clock sample")
-        for request in (_request("gone", time.time() - 0.5), _request("live", time.time() + 30)):
-            entry = request_to_json(request, api_clock.to_redis)
-            await client.xadd(keys.stream, {"req": entry})
-        got = await client.blpop([keys.reply("live")], 5)
-        assert got is not None
-        await _until(lambda: worker.decided == 1, "the batch to be acknowledged")
-        assert list(recorder.deadlines) == ["live"]  # "gone" was dropped before any work
-        assert await client.exists(keys.reply("gone"), keys.done("gone")) == 0
-        for _ in range(100):
-            if await client.xlen(keys.stream) == 0:
-                break
-            await asyncio.sleep(0.02)
-        assert await client.xlen(keys.stream) == 0
+        async with _serving(redis_server.url, lambda: time.time() - 2.0) as stack:
+            keys = stack.keys
+            await _until(
+                lambda: stack.worker.redis_clock.synced and stack.queue.clock.synced,
+                "clock samples",
+            )
+            now = time.time()
+            for request in (_request("gone", now - 0.5), _request("live", now + 30)):
+                entry = request_to_json(request, stack.queue.clock.to_redis)
+                await client.xadd(keys.stream, {"req": entry})
+            got = await client.blpop([keys.reply("live")], 5)
+            assert got is not None
+            await _until(lambda: stack.worker.decided == 1, "the batch to be acknowledged")
+            # "gone" was dropped before any work
+            assert list(stack.recorder.deadlines) == ["live"]
+            assert await client.exists(keys.reply("gone"), keys.done("gone")) == 0
+            for _ in range(100):
+                if await client.xlen(keys.stream) == 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert await client.xlen(keys.stream) == 0
     finally:
-        worker.stop()
-        await task
         await client.aclose()
 
 
@@ -149,24 +165,15 @@ async def test_the_api_counts_a_worker_whose_clock_is_ten_seconds_behind(
 ) -> None:
     """Heartbeats are scored on the server's clock, so a worker's host clock does not make it
     look dead (or alive after it died) to the API."""
-    keys = StreamKeys(f"skew-{uuid.uuid4().hex[:8]}")
-    queue = RedisQueue(redis_server.url, keys, ping_interval_s=0.05)
-    worker = _worker(redis_server, keys, _Recorder(), lambda: time.time() - 10.0)
-    task = asyncio.create_task(worker.run())
-    await queue.start()
-    try:
-        await _until(lambda: queue.workers >= 1, "the API to count the worker")
+    async with _serving(redis_server.url, lambda: time.time() - 10.0) as stack:
+        await _until(lambda: stack.queue.workers >= 1, "the API to count the worker")
         client = aioredis.Redis.from_url(redis_server.url)
         try:
-            score = await client.zscore(keys.heartbeats, "skewed")
+            score = await client.zscore(stack.keys.heartbeats, "skewed")
         finally:
             await client.aclose()
         assert score is not None
         assert abs(score - time.time()) < 1.5
-    finally:
-        worker.stop()
-        await task
-        await queue.close()
 
 
 async def test_a_server_without_time_keeps_serving_on_host_clocks() -> None:
@@ -174,24 +181,16 @@ async def test_a_server_without_time_keeps_serving_on_host_clocks() -> None:
     judge deadlines on their own clocks (as before ADR 0074) instead of failing."""
     server = RedisServer(free_port(), extra_args=["--rename-command", "TIME", ""])
     server.start()
-    keys = StreamKeys(f"skew-{uuid.uuid4().hex[:8]}")
-    queue = RedisQueue(server.url, keys, ping_interval_s=0.05)
-    recorder = _Recorder()
-    worker = _worker(server, keys, recorder, time.time)
-    task = asyncio.create_task(worker.run())
     try:
-        await queue.start()
-        assert queue.available
-        assert queue.clock.refused
-        await _until(lambda: queue.workers >= 1, "the API to count the worker")
-        assert worker.redis_clock.refused
-        deadline = time.time() + 2.0
-        reply = await queue.submit(_request("plain", deadline), wait_s=2.0)
-        assert reply is not None
-        assert reply[0].decision is not None
-        assert recorder.deadlines["plain"] == deadline
+        async with _serving(server.url, time.time) as stack:
+            assert stack.queue.available
+            assert stack.queue.clock.refused
+            await _until(lambda: stack.queue.workers >= 1, "the API to count the worker")
+            assert stack.worker.redis_clock.refused
+            deadline = time.time() + 2.0
+            reply = await stack.queue.submit(_request("plain", deadline), wait_s=2.0)
+            assert reply is not None
+            assert reply[0].decision is not None
+            assert stack.recorder.deadlines["plain"] == deadline
     finally:
-        worker.stop()
-        await task
-        await queue.close()
         server.kill()
