@@ -80,6 +80,10 @@ REASON_UNSCHEDULABLE = "unschedulable"
 REASON_MAX_ALLOCATIONS = "max_allocations reached"
 REASON_NO_KNOWN_END = "blocked: resources held with no known end"
 
+#: first-fit placement walks the rows in Python floats up to this many up nodes (above it, one
+#: vectorised ``k`` over all rows is cheaper than a scan that may visit every row)
+SCAN_MAX_ROWS = 64
+
 
 @dataclass(frozen=True, slots=True)
 class DecisionConfig:
@@ -106,6 +110,7 @@ class _Info:
     job: Job
     demand: FloatArray
     positive: IntArray
+    cols: list[int]  # ``positive`` as a list (the Python-float paths iterate it)
     total: tuple[float, ...]  # tasks * demand
     job_demand: tuple[float, ...]  # per task, as floats in resource order
     tasks: int
@@ -405,8 +410,18 @@ class DecisionRun:
         self._cap: FloatArray = cap
         self._slack: FloatArray = slack_matrix(cap)
         self._inv_cap: FloatArray = inverse_capacity(cap)
-        self._free: FloatArray = cap - alloc
-        self._free_total: list[float] = self._free.sum(axis=0).tolist()
+        free = cap - alloc
+        self._free_np: FloatArray = free
+        #: the free matrix as Python floats: what allocations update; ``_free`` (numpy) is
+        #: brought up to date from it, row by row, when read
+        self._free_rows: list[list[float]] = free.tolist()
+        self._free_stale: set[int] = set()
+        self._free_total: list[float] = free.sum(axis=0).tolist()
+        #: first-fit placement scans the list mirror row by row (see ``_scan_first_fit``)
+        self._scan = (
+            self.config.placement == PlacementStrategy.FIRST_FIT
+            and len(self._up_nodes) <= SCAN_MAX_ROWS
+        )
         self._slack_total: list[float] = self._slack.sum(axis=0).tolist()
         self._largest: list[float] = cap.max(axis=0).tolist() if len(self._up_nodes) else [0.0] * r
         self._cap_total: list[float] = cap.sum(axis=0).tolist()
@@ -437,17 +452,20 @@ class DecisionRun:
         self._overflow = self._may_overflow(matrix[matrix > 0.0])
         codes = ((matrix > 0.0) @ (1 << np.arange(r, dtype=np.int64))).tolist() if r else []
         positives: dict[int, IntArray] = {}
+        cols_of: dict[int, list[int]] = {}
         for index, (job, dt, invalid) in enumerate(kept):
             code = codes[index] if r else 0
             positive = positives.get(code)
             if positive is None:
                 positive = positives[code] = np.flatnonzero(matrix[index] > 0.0)
+                cols_of[code] = positive.tolist()
             tasks = max(int(job.tasks), 0)
             single = job.single_node
             info = _Info(
                 job=job,
                 demand=matrix[index],
                 positive=positive,
+                cols=cols_of[code],
                 total=tuple([tasks * v for v in dt]),
                 job_demand=dt,
                 tasks=tasks,
@@ -458,6 +476,17 @@ class DecisionRun:
             )
             self._infos.append(info)
             self._by_id[job.id] = info
+
+    @property
+    def _free(self) -> FloatArray:
+        """The free matrix (up rows sorted by id x resources), current."""
+        stale = self._free_stale
+        if stale:
+            matrix, rows = self._free_np, self._free_rows
+            for row in stale:
+                matrix[row] = rows[row]
+            stale.clear()
+        return self._free_np
 
     def _release_all(self, free: FloatArray, releases: Iterable[_Release]) -> None:
         rows: list[int] = []
@@ -493,7 +522,7 @@ class DecisionRun:
         if not self._up_nodes:
             return "no node is up"
         names = self.resource_names
-        for c in info.positive.tolist():
+        for c in info.cols:
             if info.demand[c] > self._largest[c] + FIT_EPS * max(1.0, self._largest[c]):
                 return (
                     f"needs {names[c]}={_fmt(info.demand[c])} per task > largest node "
@@ -501,7 +530,7 @@ class DecisionRun:
                 )
         if info.single:
             return f"needs all {info.tasks} tasks on one node; no node can hold them"
-        for c in info.positive.tolist():
+        for c in info.cols:
             if info.total[c] > self._cap_total[c] + self._slack_total[c]:
                 return (
                     f"needs {names[c]}={_fmt(info.total[c])} in total > schedulable capacity "
@@ -541,15 +570,19 @@ class DecisionRun:
                 )
         elif info.tasks > 0 and self._up_nodes and info.invalid is None:
             ft, st = self._free_total, self._slack_total
-            positive = info.positive.tolist()
+            positive = info.cols
             ok = all(info.total[c] <= ft[c] + st[c] for c in positive)
-            if ok and positive:
+            # the "largest free" pre-check; a scan of a job spread over nodes needs none: no
+            # row with ``free + slack < demand`` can hold a task (fl(a / d) < 1 for a < d)
+            if ok and positive and (info.single or not self._scan):
                 mx = self._max_free
                 if mx is None:
-                    mx = self._max_free = self._free_plus_slack().max(axis=0).tolist()
+                    mx = self._max_free = self._column_max_free()
                 per_node = info.total if info.single else info.job_demand
                 ok = all(per_node[c] <= mx[c] for c in positive)
-            if ok:
+            if ok and self._scan:
+                result = self._scan_first_fit(info)
+            elif ok:
                 k = max_tasks_from(
                     self._free_plus_slack(),
                     info.demand,
@@ -569,6 +602,64 @@ class DecisionRun:
         cache[key] = result
         return result
 
+    def _column_max_free(self) -> list[float]:
+        """Per resource, the largest ``free + slack`` of any row."""
+        if not self._scan:
+            out: list[float] = self._free_plus_slack().max(axis=0).tolist()
+            return out
+        slack = self._slack_row_lists()
+        sums = [
+            [f + s for f, s in zip(free, sl, strict=True)]
+            for free, sl in zip(self._free_rows, slack, strict=True)
+        ]
+        return [max(column) for column in zip(*sums, strict=True)]
+
+    def _scan_first_fit(self, info: _Info) -> RowPlacement | None:
+        """First-fit placement on the list mirror of the free matrix.
+
+        Rows in id order; each row's ``k`` is the same float computation as
+        :func:`~app.domain.placement.max_tasks_from` (``floor(min_c (free + slack) / demand)``
+        clipped to ``[0, tasks]``), computed only until the gang is placed: on small clusters
+        this costs a few Python operations instead of a dozen numpy calls.  A gang fits iff
+        ``sum k >= tasks`` (``max k`` for one node), exactly as :func:`place_rows` decides.
+        """
+        tasks = info.tasks
+        cols = info.cols
+        demand = info.job_demand
+        slack = self._slack_row_lists()
+        if tasks == 1:
+            # k >= 1 iff every ``free + slack >= demand``: for d > 0, fl(a / d) >= 1 iff a >= d
+            for row, free in enumerate(self._free_rows):
+                sl = slack[row]
+                for c in cols:
+                    if not free[c] + sl[c] >= demand[c]:
+                        break
+                else:
+                    return [(row, 1)]
+            return None
+        out: RowPlacement = []
+        remaining = tasks
+        for row, free in enumerate(self._free_rows):
+            if not cols:
+                k = tasks
+            else:
+                sl = slack[row]
+                q = min([(free[c] + sl[c]) / demand[c] for c in cols])
+                # q >= tasks also covers q = inf (a subnormal demand); NaN cannot occur
+                # (validated finite numbers) and q < 1 holds no task
+                k = tasks if q >= tasks else (math.floor(q) if q >= 1.0 else 0)
+            if info.single:
+                if k >= tasks:
+                    return [(row, tasks)]
+                continue
+            if k > 0:
+                take = min(k, remaining)
+                out.append((row, take))
+                remaining -= take
+                if remaining == 0:
+                    return out
+        return None
+
     def _free_plus_slack(self) -> FloatArray:
         fs = self._free_slack
         if fs is None:
@@ -576,9 +667,15 @@ class DecisionRun:
         return fs
 
     def _allocate(self, info: _Info, rows: RowPlacement) -> None:
+        demand = info.job_demand
+        cols = info.cols
         for row, t in rows:
-            self._free[row] -= t * info.demand
-        for c in info.positive.tolist():
+            # ``free[row] -= t * demand`` on the positive columns (x - 0.0 == x elsewhere)
+            free = self._free_rows[row]
+            for c in cols:
+                free[c] -= t * demand[c]
+        self._free_stale.update(r for r, _ in rows)
+        for c in cols:
             self._free_total[c] -= info.total[c]
         self._releases.append(
             _Release(
@@ -766,7 +863,7 @@ class DecisionRun:
         assert reserved is not None
         tasks = reserved.tasks
         demand = reserved.job_demand
-        columns = reserved.positive.tolist()
+        columns = reserved.cols
         if not columns:
             return float(tasks)
         q = min([(free[c] + slack[c]) / demand[c] for c in columns])

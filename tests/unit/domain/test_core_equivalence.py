@@ -6,6 +6,8 @@ step's view, its encoding (bit for bit, with and without the precomputed arrays,
 window sizes) and the final decision must be identical, for the stepping and the ordering paths.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -103,22 +105,95 @@ def _fields(config) -> dict[str, object]:
     }
 
 
-@SETTINGS
-@given(states(), configs, st.integers(0, 2**16), st.sampled_from((3, 128)))
-def test_stepping_views_encodings_and_decisions_are_identical(state, config, seed, width) -> None:
-    _step_both(state, config, seed, width)
+@contextmanager
+def _scan_rows(limit: int) -> Iterator[None]:
+    """First-fit placement by the Python row scan up to ``limit`` up nodes (0: never)."""
+    saved = new_decision.SCAN_MAX_ROWS
+    new_decision.SCAN_MAX_ROWS = limit
+    try:
+        yield
+    finally:
+        new_decision.SCAN_MAX_ROWS = saved
+
+
+# both first-fit paths: the row scan (the default on these small clusters) and the vectorised k
+SCAN_LIMITS = st.sampled_from((new_decision.SCAN_MAX_ROWS, 0))
 
 
 @SETTINGS
-@given(states(), configs, st.sampled_from(sorted(HEURISTICS)))
-def test_ordering_path_is_identical(state, config, name) -> None:
-    new = new_decision.decide(
-        state, HEURISTICS[name], new_decision.DecisionConfig(**_fields(config))
-    )
+@given(states(), configs, st.integers(0, 2**16), st.sampled_from((3, 128)), SCAN_LIMITS)
+def test_stepping_views_encodings_and_decisions_are_identical(
+    state, config, seed, width, scan
+) -> None:
+    with _scan_rows(scan):
+        _step_both(state, config, seed, width)
+
+
+@SETTINGS
+@given(states(), configs, st.sampled_from(sorted(HEURISTICS)), SCAN_LIMITS)
+def test_ordering_path_is_identical(state, config, name, scan) -> None:
+    with _scan_rows(scan):
+        new = new_decision.decide(
+            state, HEURISTICS[name], new_decision.DecisionConfig(**_fields(config))
+        )
     old = ref_decision.decide(
         state, HEURISTICS[name], ref_decision.DecisionConfig(**_fields(config))
     )
     assert new == old
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.floats(min_value=0.0, exclude_min=True, allow_infinity=False, allow_subnormal=True),
+)
+def test_a_task_fits_iff_free_covers_the_demand(free: float, demand: float) -> None:
+    """The scan's one-task shortcut: ``fl(a / d) >= 1`` exactly when ``a >= d`` (d > 0)."""
+    assert (free / demand >= 1.0) == (free >= demand)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_row_scan_places_as_the_vectorised_first_fit(seed: int) -> None:
+    """Larger clusters than the property generator's, fractional amounts, gangs of 1-6 tasks,
+    single-node jobs: the scan and the vectorised path give the same decision, for each
+    heuristic and for a stepping walk."""
+    rng = np.random.default_rng(seed)
+    names = ("cpu", "mem")
+    nodes = tuple(
+        Node(
+            f"n{k:02d}",
+            {"cpu": float(rng.choice([0.7, 2.3, 8.0, 32.0])), "mem": float(rng.choice([1.1, 64]))},
+            {"cpu": float(rng.choice([0.0, 0.1, 0.3]))},
+        )
+        for k in range(int(rng.integers(1, 48)))
+    )
+    pending = tuple(
+        Job(
+            f"j{i:03d}",
+            {n: float(rng.choice([0.0, 0.1, 0.3, 0.7, 1.0, 4.0, 16.0])) for n in names},
+            walltime_s=float(rng.integers(60, 3_600)),
+            submit_time=float(rng.integers(0, 20)),
+            tasks=int(rng.integers(1, 7)),
+            labels={SINGLE_NODE_LABEL: "true"} if rng.random() < 0.2 else {},
+        )
+        for i in range(int(rng.integers(1, 80)))
+    )
+    state = ClusterState(100.0, nodes, (), pending)
+    for name in ("fcfs", "sjf", "f1"):
+        with _scan_rows(0):
+            vectorised = new_decision.decide(state, HEURISTICS[name])
+        assert new_decision.decide(state, HEURISTICS[name]) == vectorised
+    with _scan_rows(0):
+        vectorised = _first_candidate_walk(state)
+    assert _first_candidate_walk(state) == vectorised
+
+
+def _first_candidate_walk(state: ClusterState) -> object:
+    run = new_decision.DecisionRun(state)
+    while not run.done:
+        enc = new_encoding.encode_view(run.view())
+        run.apply(enc.candidate(int(np.flatnonzero(enc.mask)[-1])))
+    return run.result(REF)
 
 
 def _bench_like(seed: int, jobs: int, nodes: int) -> ClusterState:
