@@ -434,6 +434,8 @@ class DecisionRun:
         self._by_id: dict[str, _Info] = {}
         names = self.resource_names
         kept: list[tuple[Job, tuple[float, ...], str | None]] = []
+        #: per kept job, ``per_task`` as read (the encoder's input; ``dt`` is sanitised)
+        self._raw_demand: list[tuple[float, ...]] = []
         for job in pending:
             if job.depends_on:
                 missing = tuple(d for d in job.depends_on if d not in finished)
@@ -442,6 +444,7 @@ class DecisionRun:
                     continue
             invalid = _invalid_reason(job)
             dt = to_tuple(job.per_task, names)
+            self._raw_demand.append(dt)
             if invalid is not None:
                 dt = tuple(v if v > 0.0 and math.isfinite(v) else 0.0 for v in dt)
             kept.append((job, dt, invalid))
@@ -1112,12 +1115,13 @@ class DecisionRun:
     def _step_arrays(self, step: _StepCache) -> StepArrays:
         vec = self._vectors()
         if vec.raw_total is None:  # the encoder's inputs, read from the jobs once per decision
-            names = self.resource_names
             jobs = [i.job for i in self._infos]
-            vec.raw_total = np.array(
-                [[job.tasks * float(job.per_task.get(n, 0.0)) for n in names] for job in jobs],
-                dtype=np.float64,
-            ).reshape(len(jobs), len(names))
+            # tasks * per_task as read (float(tasks) * x: the same product as in Python floats)
+            raw = np.array(self._raw_demand, dtype=np.float64).reshape(
+                len(jobs), len(self.resource_names)
+            )
+            tasks = np.array([float(job.tasks) for job in jobs], dtype=np.float64)
+            vec.raw_total = raw * tasks[:, None]
             vec.submit = np.array([job.submit_time for job in jobs], dtype=np.float64)
             vec.walltime = np.array([job.walltime_s for job in jobs], dtype=np.float64)
             vec.priority = np.array([job.priority for job in jobs], dtype=np.float64)
