@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -161,6 +162,12 @@ def order_one(states: Sequence[ClusterState], decision: Any, name: str) -> list[
     return [decision.decide(s, HEURISTICS[name]) for s in states]
 
 
+def _order_case(
+    states: Sequence[ClusterState], name: str, decision: Any, _encoding: Any
+) -> list[Decision]:
+    return order_one(states, decision, name)
+
+
 def _time_pair(
     ref: Callable[[], object], new: Callable[[], object], seconds: float, per_call: int
 ) -> tuple[float, float]:
@@ -202,24 +209,16 @@ def main(argv: list[str]) -> int:
         # the reference needs seconds per 500x256 stepped decision: one request there
         for batch in sorted({1, args.batch}) if size == "64x16" else [1]:
             states = [build(seed) for seed in range(batch)]
-            cases.append(
-                (
-                    f"step {size} B={batch}",
-                    lambda d, e, s=states: step_batch(s, d, e),
-                    batch,
-                )
-            )
+            cases.append((f"step {size} B={batch}", partial(step_batch, states), batch))
         one = [build(0)]
         for name in ("f1", "fcfs"):
-            cases.append(
-                (f"order {name} {size}", lambda d, _e, n=name, s=one: order_one(s, d, n), 1)
-            )
+            cases.append((f"order {name} {size}", partial(_order_case, one, name), 1))
         for label, fn, per_call in cases:
             same = _same(fn(ref_decision, ref_encoding), fn(new_decision, new_encoding))
             ok = ok and same
             ref_ms, new_ms = _time_pair(
-                lambda f=fn: f(ref_decision, ref_encoding),
-                lambda f=fn: f(new_decision, new_encoding),
+                partial(fn, ref_decision, ref_encoding),
+                partial(fn, new_decision, new_encoding),
                 args.seconds,
                 per_call,
             )
