@@ -68,8 +68,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             default_deadline_s=settings.DEFAULT_DEADLINE_MS / 1000.0,
             pipeline=pipeline,
             max_in_flight=settings.MAX_DECISIONS_IN_FLIGHT,
+            admission=settings.ADMISSION,
         )
-        metrics.track_decisions_in_flight(lambda: decisions.gate.in_flight)
+        metrics.track_admission(decisions.gate)
         decisions.add_observer(metrics.observe_decision)
         janitor = (
             IdempotencyJanitor(

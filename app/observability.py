@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-from app.services.decision import DecisionOutcome
+from app.services.decision import DecisionGate, DecisionOutcome
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -70,6 +72,12 @@ class Metrics:
             "Decisions this process is working on (KAIROS_MAX_DECISIONS_IN_FLIGHT bounds it).",
             registry=self.registry,
         )
+        self.admission_expected_wait = Gauge(
+            "kairos_admission_expected_wait_seconds",
+            "When a decision admitted now would be answered at this process's recent pace "
+            "(0 until one completes); KAIROS_ADMISSION=deadline refuses past the deadline.",
+            registry=self.registry,
+        )
 
     def observe_batch(self, size: int) -> None:
         self.batch_size.observe(size)
@@ -77,8 +85,11 @@ class Metrics:
     def track_queue_depth(self, depth: Callable[[], float]) -> None:
         self.queue_depth.set_function(depth)
 
-    def track_decisions_in_flight(self, count: Callable[[], float]) -> None:
-        self.decisions_in_flight.set_function(count)
+    def track_admission(self, gate: DecisionGate) -> None:
+        """In-flight count, expected wait and refusals of the decision gate (ADRs 0075, 0077)."""
+        self.decisions_in_flight.set_function(lambda: gate.in_flight)
+        self.admission_expected_wait.set_function(lambda: gate.expected_wait_s() or 0.0)
+        self.registry.register(_RefusalCollector(gate))
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
@@ -100,3 +111,21 @@ def configure_logging(level: str) -> None:
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     logging.getLogger("app").setLevel(level.upper())
+
+
+class _RefusalCollector(Collector):
+    """``kairos_admission_refused_total{reason}``, read from the gate's own counts."""
+
+    def __init__(self, gate: DecisionGate) -> None:
+        self._gate = gate
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "kairos_admission_refused",
+            "Decisions refused with 429 overloaded, by reason (limit: "
+            "KAIROS_MAX_DECISIONS_IN_FLIGHT; deadline: KAIROS_ADMISSION=deadline).",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self._gate.refused.items()):
+            family.add_metric([reason], float(count))
+        yield family

@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     #: refused with 429 ``overloaded`` and ``Retry-After`` instead of queueing (ADR 0075).
     #: 0: no limit.
     MAX_DECISIONS_IN_FLIGHT: int = Field(default=1024, ge=0)
+    #: ``deadline``: also refuse (429 ``overloaded``) a decision that this process, at its
+    #: recent pace, would answer after the decision's deadline (ADR 0077). ``limit``: only the
+    #: limit above.
+    ADMISSION: Literal["limit", "deadline"] = "limit"
     BATCH_MAX_SIZE: int = Field(default=32, ge=1)
     BATCH_MAX_WAIT_MS: float = Field(default=2.0, ge=0)
     #: Wait BATCH_MAX_WAIT_MS for batch-mates only once batches hold several requests (ADR 0045).

@@ -460,10 +460,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--skip-redis", action="store_true")
     parser.add_argument(
         "--admit",
-        type=int,
-        default=0,
-        help="also run the embedded default with KAIROS_MAX_DECISIONS_IN_FLIGHT=N (shed "
-        "requests are 429s, counted as refused; closed-loop clients honour Retry-After)",
+        default="",
+        help="also run the embedded default with admission: N for "
+        "KAIROS_MAX_DECISIONS_IN_FLIGHT=N, 'deadline' for KAIROS_ADMISSION=deadline, e.g. "
+        "16,deadline (shed requests are 429s, counted as refused; closed-loop clients honour "
+        "Retry-After)",
     )
     parser.add_argument(
         "--rates",
@@ -481,9 +482,7 @@ def main(argv: list[str]) -> int:
             ("ceiling", None, 0, {}),
             ("embedded", None, 0, {}),
         ]
-        if args.admit:
-            cap = {"KAIROS_MAX_DECISIONS_IN_FLIGHT": str(args.admit)}
-            configs.append((f"admit-{args.admit}", None, 0, cap))
+        configs += admission_configs(args.admit)
         if not args.skip_redis:
             configs += [("redis-1w", args.redis_url, 1, {}), ("redis-2w", args.redis_url, 2, {})]
         results: dict[tuple[str, int], Result] = {}
@@ -526,6 +525,20 @@ def main(argv: list[str]) -> int:
             for line in verdicts(results):
                 print(f"  {line}")
     return 0
+
+
+def admission_configs(spec: str) -> list[tuple[str, str | None, int, dict[str, str]]]:
+    """The embedded cells of ``--admit``: ``N`` caps decisions in flight, ``deadline`` refuses
+    what would miss its deadline (ADRs 0075, 0077)."""
+    out: list[tuple[str, str | None, int, dict[str, str]]] = []
+    for item in (i.strip() for i in spec.split(",") if i.strip()):
+        if item == "deadline":
+            out.append(("admit-dl", None, 0, {"KAIROS_ADMISSION": "deadline"}))
+        elif item.isdigit() and int(item) > 0:
+            out.append((f"admit-{item}", None, 0, {"KAIROS_MAX_DECISIONS_IN_FLIGHT": item}))
+        else:
+            raise SystemExit(f"--admit: {item!r} is neither a positive integer nor 'deadline'")
+    return out
 
 
 def verdicts(results: dict[tuple[str, int], Result]) -> list[str]:

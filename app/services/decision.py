@@ -194,39 +194,95 @@ def check_decision(state: ClusterState, decision: Decision) -> list[str]:
     return problems
 
 
-class DecisionGate:
-    """Bounds the decisions one process works on at once (ADR 0075).
+#: how a replica admits decisions (ADRs 0075, 0077): ``limit`` refuses past
+#: ``KAIROS_MAX_DECISIONS_IN_FLIGHT`` only; ``deadline`` also refuses a decision that the
+#: replica's recent pace says would be answered after its deadline
+Admission = Literal["limit", "deadline"]
 
-    Past the limit a decision is refused at once (429 ``overloaded``, ``Retry-After``) instead
-    of queueing behind work that already misses its deadlines: a refused caller retries on
-    another replica or a little later, and the admitted ones keep their latency. Only the event
-    loop touches the counter.
+
+class DecisionGate:
+    """Admission to the decisions of one process (ADRs 0075, 0077).
+
+    Past ``limit`` decisions at once the next is refused at once (429 ``overloaded``,
+    ``Retry-After``) instead of queueing behind work that already misses its deadlines: a
+    refused caller retries on another replica or a little later, and the admitted ones keep
+    their latency.
+
+    With ``by_deadline``, a decision is also refused when the replica would answer it after its
+    deadline: ``(in_flight + 1) * interval_s``, where ``interval_s`` is a moving average of the
+    time between two completions while the replica is busy (idle time is not counted, so the
+    pace is the one of a backlog: Little's law). A decision that finds nothing in flight is
+    always admitted, and so is every decision before the first completion. Only the event loop
+    touches the gate.
     """
 
     #: seconds a refused caller is told to wait
     RETRY_AFTER_S = 1
+    #: weight of the newest interval in the moving average (about the last 10 completions)
+    SMOOTHING = 0.1
 
-    def __init__(self, limit: int) -> None:
+    def __init__(
+        self,
+        limit: int,
+        *,
+        by_deadline: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         #: 0: no limit
         self.limit = limit
+        self.by_deadline = by_deadline
         self.in_flight = 0
-        #: decisions refused since start
-        self.refused = 0
+        #: decisions refused since start, by reason (``limit``, ``deadline``)
+        self.refused: dict[str, int] = {"limit": 0, "deadline": 0}
+        #: seconds between completions while busy (moving average); None until one completes
+        self.interval_s: float | None = None
+        self._clock = clock
+        self._busy_since = 0.0
+        self._last_done = 0.0
+
+    def expected_wait_s(self) -> float | None:
+        """When a decision admitted now would be answered, at the recent pace."""
+        if self.interval_s is None:
+            return None
+        return (self.in_flight + 1) * self.interval_s
+
+    def _refuse(self, reason: str, message: str) -> TooManyRequestsError:
+        self.refused[reason] += 1
+        return TooManyRequestsError(
+            f"{message}; retry after Retry-After seconds",
+            code="overloaded",
+            headers={"Retry-After": str(self.RETRY_AFTER_S)},
+        )
 
     @contextlib.contextmanager
-    def admit(self) -> Iterator[None]:
+    def admit(self, deadline_s: float | None = None) -> Iterator[None]:
         if self.limit and self.in_flight >= self.limit:
-            self.refused += 1
-            raise TooManyRequestsError(
+            raise self._refuse(
+                "limit",
                 f"this replica is already working on {self.in_flight} decisions, its limit "
-                "(KAIROS_MAX_DECISIONS_IN_FLIGHT); retry after Retry-After seconds",
-                code="overloaded",
-                headers={"Retry-After": str(self.RETRY_AFTER_S)},
+                "(KAIROS_MAX_DECISIONS_IN_FLIGHT)",
             )
+        if self.by_deadline and deadline_s is not None and self.in_flight:
+            wait = self.expected_wait_s()
+            if wait is not None and wait > deadline_s:
+                raise self._refuse(
+                    "deadline",
+                    f"at its recent pace this replica would answer in about {wait * 1000:.0f} "
+                    f"ms ({self.in_flight} decisions ahead), after this request's deadline of "
+                    f"{deadline_s * 1000:g} ms (KAIROS_ADMISSION=deadline)",
+                )
+        now = self._clock()
+        if self.in_flight == 0:
+            self._busy_since = now
         self.in_flight += 1
         try:
             yield
         finally:
+            now = self._clock()
+            sample = now - max(self._busy_since, self._last_done)
+            pace = self.interval_s
+            self.interval_s = sample if pace is None else pace + self.SMOOTHING * (sample - pace)
+            self._last_done = now
             self.in_flight -= 1
 
 
@@ -245,10 +301,11 @@ class DecisionService:
         max_threads: int = 4,
         pipeline: DecisionPipeline | None = None,
         max_in_flight: int = 0,
+        admission: Admission = "limit",
     ) -> None:
         self.default_deadline_s = default_deadline_s
-        #: admission: decisions at once in this process (0: no limit)
-        self.gate = DecisionGate(max_in_flight)
+        #: admission: decisions at once in this process (0: no limit), and by deadline
+        self.gate = DecisionGate(max_in_flight, by_deadline=admission == "deadline")
         self._limiter = anyio.CapacityLimiter(max_threads)
         self._observers: list[Callable[[DecisionOutcome], None]] = []
         #: the decision pipeline (ONNX models, batching, Redis); None: heuristics in a thread
@@ -381,8 +438,9 @@ class DecisionService:
         Raises :class:`InvalidSnapshotError` for an inconsistent snapshot and
         :class:`TooManyRequestsError` when this process is at its limit (nothing is decided).
         """
-        with self.gate.admit():
-            return await self._decide(state, spec, request_id, deadline_s)
+        deadline = self.default_deadline_s if deadline_s is None else deadline_s
+        with self.gate.admit(deadline):
+            return await self._decide(state, spec, request_id, deadline)
 
     async def _decide(
         self,

@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 
 from app.db.orm import DecisionRecord
 from app.db.session import Database
+from app.main import create_app
 from app.schemas.decision import DECIDE_EXAMPLE
 from app.services.decision import DecisionGate
 from app.settings import Settings
@@ -62,7 +63,7 @@ async def test_decide_past_the_limit_is_429_and_the_retry_is_new(
     with _busy(app) as gate:
         r = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": rid})
         _refused(r)
-        assert gate.refused == 1
+        assert gate.refused == {"limit": 1, "deadline": 0}
         metrics = (await client.get("/metrics")).text
         assert f"kairos_decisions_in_flight {float(LIMIT)}" in metrics
         assert 'status="429"' in metrics
@@ -125,7 +126,49 @@ async def test_every_decision_leaves_the_gate_whatever_its_end(
     assert gate.in_flight == 0
     for _ in range(3 * LIMIT):  # more decisions than the limit, one after another: all admitted
         assert (await client.post("/v1/decide", json=DECIDE_EXAMPLE)).status_code == 200
-    assert gate.refused == 0
+    assert gate.refused == {"limit": 0, "deadline": 0}
+
+
+async def test_a_decision_that_would_miss_its_deadline_is_429(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """``KAIROS_ADMISSION=deadline`` (ADR 0077): at a pace of 1 s per decision with one in
+    flight, a 500 ms deadline is refused before anything is decided or stored, a 5 s one is
+    answered; the refusal is counted by reason and the expected wait is exported."""
+    gate: DecisionGate = app.state.decisions.gate
+    gate.by_deadline = True
+    gate.interval_s = 1.0
+    rid = f"req-{uuid.uuid4().hex}"
+    with gate.admit():
+        r = await client.post(
+            "/v1/decide",
+            json={**DECIDE_EXAMPLE, "deadline_ms": 500},
+            headers={"X-Request-ID": rid},
+        )
+        assert r.status_code == 429, r.text
+        error = r.json()["error"]
+        assert error["code"] == "overloaded"
+        assert "after this request's deadline of 500 ms" in error["message"]
+        assert r.headers["Retry-After"] == "1"
+        assert await _stored(app, rid) == 0
+        metrics = (await client.get("/metrics")).text
+        assert 'kairos_admission_refused_total{reason="deadline"} 1.0' in metrics
+        assert "kairos_admission_expected_wait_seconds 2.0" in metrics
+        r = await client.post(
+            "/v1/decide",
+            json={**DECIDE_EXAMPLE, "deadline_ms": 5_000},
+            headers={"X-Request-ID": rid},
+        )
+        assert r.status_code == 200, r.text
+    assert await _stored(app, rid) == 1
+    assert gate.refused == {"limit": 0, "deadline": 1}
+
+
+async def test_the_admission_setting_reaches_the_gate(database_url: str) -> None:
+    for admission, by_deadline in (("deadline", True), ("limit", False)):
+        app = create_app(Settings(DATABASE_URL=database_url, ADMISSION=admission))
+        async with app.router.lifespan_context(app):
+            assert app.state.decisions.gate.by_deadline is by_deadline
 
 
 def test_no_limit_admits_any_number() -> None:

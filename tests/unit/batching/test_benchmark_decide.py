@@ -93,3 +93,13 @@ def test_the_targets_are_judged_from_the_measured_cells() -> None:
     assert "40.0 ms" in lines[1]
     assert lines[2] == "NOT met: 2 workers > 1 worker (more throughput at 1 of 2 client counts)"
     assert bench.verdicts({("ceiling", 1): cell(1.0)}) == []
+
+
+def test_admit_names_limit_and_deadline_cells() -> None:
+    assert bench.admission_configs("16, deadline") == [
+        ("admit-16", None, 0, {"KAIROS_MAX_DECISIONS_IN_FLIGHT": "16"}),
+        ("admit-dl", None, 0, {"KAIROS_ADMISSION": "deadline"}),
+    ]
+    assert bench.admission_configs("") == []
+    with pytest.raises(SystemExit, match="'fast' is neither"):
+        bench.admission_configs("fast")
