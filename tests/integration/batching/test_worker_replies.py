@@ -62,10 +62,12 @@ class _Run:
         got = await self.client.blpop([self.keys.reply(request_id)], wait_s)
         return None if got is None else outcome_from_json(got[1])[0]
 
-    async def settled(self) -> None:
-        """Until the worker has acknowledged and deleted every entry."""
+    async def settled(self, batches: int = 1) -> None:
+        """Until the worker has acknowledged and deleted every entry, and counted ``batches``
+        batches (its counters move after the XDEL returns, so an empty stream alone can be
+        seen before they do)."""
         for _ in range(200):
-            if await self.client.xlen(self.keys.stream) == 0:
+            if self.worker.batches >= batches and await self.client.xlen(self.keys.stream) == 0:
                 return
             await asyncio.sleep(0.025)
         raise AssertionError("the worker left entries in the stream")
