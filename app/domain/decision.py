@@ -84,6 +84,8 @@ REASON_NO_KNOWN_END = "blocked: resources held with no known end"
 #: vectorised ``k`` over all rows is cheaper than a scan that may visit every row)
 SCAN_MAX_ROWS = 64
 
+_INF = math.inf
+
 
 @dataclass(frozen=True, slots=True)
 class DecisionConfig:
@@ -430,11 +432,11 @@ class DecisionRun:
         finished = state.finished
         pending = sorted(state.pending, key=lambda j: (j.submit_time, j.id))
         self._blocked_deps: dict[str, tuple[str, ...]] = {}
-        self._infos: list[_Info] = []
-        self._by_id: dict[str, _Info] = {}
         names = self.resource_names
-        kept: list[tuple[Job, tuple[float, ...], str | None]] = []
-        #: per kept job, ``per_task`` as read (the encoder's input; ``dt`` is sanitised)
+        jobs: list[Job] = []
+        rows: list[tuple[float, ...]] = []
+        invalids: list[str | None] = []
+        #: per kept job, ``per_task`` as read (the encoder's input; ``rows`` are sanitised)
         self._raw_demand: list[tuple[float, ...]] = []
         for job in pending:
             if job.depends_on:
@@ -442,40 +444,52 @@ class DecisionRun:
                 if missing:
                     self._blocked_deps[job.id] = missing
                     continue
-            invalid = _invalid_reason(job)
-            dt = to_tuple(job.per_task, names)
+            get = job.per_task.get
+            dt = tuple([float(get(n, 0.0)) for n in names])  # to_tuple, inlined
             self._raw_demand.append(dt)
-            if invalid is not None:
-                dt = tuple(v if v > 0.0 and math.isfinite(v) else 0.0 for v in dt)
-            kept.append((job, dt, invalid))
+            invalid: str | None = None
+            # _invalid_reason is None exactly when this holds (every per_task name is in
+            # ``names``; NaN fails the comparison): only a bad job pays for the message
+            if not (job.tasks >= 1 and job.walltime_s >= 0.0 and all(0.0 <= v < _INF for v in dt)):
+                invalid = _invalid_reason(job)
+                if invalid is not None:
+                    dt = tuple(v if v > 0.0 and math.isfinite(v) else 0.0 for v in dt)
+            jobs.append(job)
+            rows.append(dt)
+            invalids.append(invalid)
         # one matrix for every demand vector (rows are the _Info.demand views), and one
         # "positive columns" array per sign pattern
         r = len(names)
-        matrix = np.array([dt for _, dt, _ in kept], dtype=np.float64).reshape(len(kept), r)
+        matrix = np.array(rows, dtype=np.float64).reshape(len(rows), r)
+        self._demand = matrix
         self._overflow = self._may_overflow(matrix[matrix > 0.0])
         codes = ((matrix > 0.0) @ (1 << np.arange(r, dtype=np.int64))).tolist() if r else []
-        positives: dict[int, IntArray] = {}
-        cols_of: dict[int, list[int]] = {}
-        for index, (job, dt, invalid) in enumerate(kept):
+        positives: dict[int, tuple[IntArray, list[int]]] = {}
+        self._infos: list[_Info] = []
+        self._by_id: dict[str, _Info] = {}
+        for index, job in enumerate(jobs):
             code = codes[index] if r else 0
-            positive = positives.get(code)
-            if positive is None:
-                positive = positives[code] = np.flatnonzero(matrix[index] > 0.0)
-                cols_of[code] = positive.tolist()
+            sign = positives.get(code)
+            if sign is None:
+                positive = np.flatnonzero(matrix[index] > 0.0)
+                sign = positives[code] = (positive, positive.tolist())
+            dt = rows[index]
             tasks = max(int(job.tasks), 0)
             single = job.single_node
+            # positional: job, demand, positive, cols, total, job_demand, tasks, single, key,
+            # invalid, index
             info = _Info(
-                job=job,
-                demand=matrix[index],
-                positive=positive,
-                cols=cols_of[code],
-                total=tuple([tasks * v for v in dt]),
-                job_demand=dt,
-                tasks=tasks,
-                single=single,
-                key=(tasks, single, dt),
-                invalid=invalid,
-                index=index,
+                job,
+                matrix[index],
+                sign[0],
+                sign[1],
+                tuple([tasks * v for v in dt]),
+                dt,
+                tasks,
+                single,
+                (tasks, single, dt),
+                invalids[index],
+                index,
             )
             self._infos.append(info)
             self._by_id[job.id] = info
@@ -982,10 +996,10 @@ class DecisionRun:
 
     def _build_vectors(self) -> _Vectors:
         infos = self._infos
-        j, r = len(infos), len(self.resource_names)
-        demand = np.array([i.job_demand for i in infos], dtype=np.float64).reshape(j, r)
-        total = np.array([i.total for i in infos], dtype=np.float64).reshape(j, r)
+        j = len(infos)
+        demand = self._demand  # the rows of every _Info.job_demand
         tasks = np.array([i.tasks for i in infos], dtype=np.float64)
+        total = demand * tasks[:, None]  # _Info.total: float(tasks) * demand, as in Python
         single = np.array([i.single for i in infos], dtype=np.bool_)
         positive = demand > 0.0
         up = bool(self._up_nodes)

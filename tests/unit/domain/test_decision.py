@@ -232,13 +232,16 @@ class TestEligibility:
             Job("t0", {"cpu": 1.0}, 10.0, 0.0, tasks=0),
             Job("neg", {"cpu": -1.0}, 10.0, 0.0),
             Job("nan", {"cpu": math.nan}, 10.0, 0.0),
+            Job("inf", {"cpu": 1.0, "mem": math.inf}, 10.0, 0.0),
             Job("wall", {"cpu": 1.0}, math.nan, 0.0),
+            Job("negwall", {"cpu": 1.0}, -1.0, 0.0),
         )
         d = decide(cluster(0.0, {"n1": 4}, pending=bad), FCFS, EASY)
         assert d.allocations == ()
         assert all(
             r.startswith("unschedulable: invalid") for r in d.explain["not_started"].values()
         )
+        assert len(d.explain["not_started"]) == len(bad)
 
     def test_resources_held_with_no_known_end(self):
         # allocated says 4 cpu in use but no running job explains it: nothing can be reserved
