@@ -16,7 +16,12 @@ from fastapi.routing import APIRoute
 
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
-from app.api.middleware import BodyLimitMiddleware, IdempotencyMiddleware, MetricsMiddleware
+from app.api.middleware import (
+    AdmissionMiddleware,
+    BodyLimitMiddleware,
+    IdempotencyMiddleware,
+    MetricsMiddleware,
+)
 from app.api.v1 import api_router
 from app.api.v1.health import router as health_router
 from app.batching.pipeline import pipeline_from_settings
@@ -124,5 +129,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_docs(app)
     app.add_middleware(IdempotencyMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.MAX_BODY_BYTES)
+    app.add_middleware(AdmissionMiddleware)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

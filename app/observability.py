@@ -72,10 +72,10 @@ class Metrics:
             "Decisions this process is working on (KAIROS_MAX_DECISIONS_IN_FLIGHT bounds it).",
             registry=self.registry,
         )
-        self.admission_expected_wait = Gauge(
-            "kairos_admission_expected_wait_seconds",
-            "When a decision admitted now would be answered at this process's recent pace "
-            "(0 until one completes); KAIROS_ADMISSION=deadline refuses past the deadline.",
+        self.admission_limit = Gauge(
+            "kairos_admission_limit",
+            "Decisions this process admits at once under KAIROS_ADMISSION=deadline: an AIMD "
+            "limit that shrinks while decisions miss their deadline (ADR 0077).",
             registry=self.registry,
         )
 
@@ -86,9 +86,9 @@ class Metrics:
         self.queue_depth.set_function(depth)
 
     def track_admission(self, gate: DecisionGate) -> None:
-        """In-flight count, expected wait and refusals of the decision gate (ADRs 0075, 0077)."""
+        """In-flight count, adaptive limit and refusals of the decision gate (ADRs 0075, 0077)."""
         self.decisions_in_flight.set_function(lambda: gate.in_flight)
-        self.admission_expected_wait.set_function(lambda: gate.expected_wait_s() or 0.0)
+        self.admission_limit.set_function(lambda: int(gate.adaptive_limit))
         self.registry.register(_RefusalCollector(gate))
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:

@@ -1,12 +1,13 @@
-"""Pure-ASGI middleware: metrics, body size limit, ``Idempotency-Key`` replay.
+"""Pure-ASGI middleware: metrics, early admission, body size limit, ``Idempotency-Key`` replay.
 
-Order (outermost first): metrics -> body limit -> idempotency -> FastAPI.
+Order (outermost first): metrics -> admission -> body limit -> idempotency -> FastAPI.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from datetime import timedelta
 from typing import Any
@@ -19,7 +20,8 @@ from app.api.errors import error_body
 from app.db.session import Database
 from app.observability import Metrics
 from app.services import idempotency
-from app.services.errors import ServiceError
+from app.services.decision import DecisionGate
+from app.services.errors import ServiceError, TooManyRequestsError
 from app.services.idempotency import StoredResponse
 
 logger = logging.getLogger(__name__)
@@ -68,6 +70,9 @@ def route_template(scope: Scope) -> str:
     Routes of included routers know only their own part of the path (``/clusters/{cluster_id}``);
     the router prefix is the part of the request path before the route's own match.
     """
+    refused: str | None = scope.get("state", {}).get("refused_route")
+    if refused is not None:  # answered by AdmissionMiddleware, before routing
+        return refused
     route = scope.get("route")
     fmt = getattr(route, "path_format", None)
     regex = getattr(route, "path_regex", None)
@@ -106,6 +111,46 @@ class MetricsMiddleware:
             self.metrics.observe_request(
                 scope["method"], route_template(scope), status, time.perf_counter() - started
             )
+
+
+#: the requests that decide (they enter the decision gate), and their route templates
+_DECIDES = re.compile(r"/v1/(?:(decide)|clusters/[^/]+/(schedule))/?")
+_DECIDE_ROUTES = {"decide": "/v1/decide", "schedule": "/v1/clusters/{cluster_id}/schedule"}
+
+
+class AdmissionMiddleware:
+    """429 ``overloaded`` for a decision request (``POST /v1/decide``,
+    ``/v1/clusters/{id}/schedule``) before its body is read, when the decision gate would refuse
+    it now (ADRs 0075, 0077).
+
+    Under overload most requests are refused; refused here, one costs no body buffering, JSON
+    parsing or validation, which would otherwise take the CPU the admitted decisions need. The
+    gate checks again when the decision enters it. A refused request claims no
+    ``Idempotency-Key`` (this runs before that middleware), so its retry runs as new; a retry of
+    a request already answered is refused too while the replica is full, and replayed later.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        decides = (
+            _DECIDES.fullmatch(scope["path"])
+            if scope["type"] == "http" and scope["method"] == "POST"
+            else None
+        )
+        if decides is not None:
+            # built in lifespan, after the middleware stack: read from the app's state
+            gate: DecisionGate = scope["app"].state.decisions.gate
+            try:
+                gate.check()
+            except TooManyRequestsError as exc:
+                route = _DECIDE_ROUTES[decides.group(1) or decides.group(2)]
+                scope.setdefault("state", {})["refused_route"] = route
+                headers = [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
+                await _send_json(send, exc.status_code, error_body(exc.code, exc.message), headers)
+                return
+        await self.app(scope, receive, send)
 
 
 class BodyLimitMiddleware:

@@ -195,8 +195,8 @@ def check_decision(state: ClusterState, decision: Decision) -> list[str]:
 
 
 #: how a replica admits decisions (ADRs 0075, 0077): ``limit`` refuses past
-#: ``KAIROS_MAX_DECISIONS_IN_FLIGHT`` only; ``deadline`` also refuses a decision that the
-#: replica's recent pace says would be answered after its deadline
+#: ``KAIROS_MAX_DECISIONS_IN_FLIGHT`` only; ``deadline`` also keeps an adaptive limit that
+#: shrinks when decisions miss their deadline and grows while they meet it
 Admission = Literal["limit", "deadline"]
 
 
@@ -208,18 +208,25 @@ class DecisionGate:
     refused caller retries on another replica or a little later, and the admitted ones keep
     their latency.
 
-    With ``by_deadline``, a decision is also refused when the replica would answer it after its
-    deadline: ``(in_flight + 1) * interval_s``, where ``interval_s`` is a moving average of the
-    time between two completions while the replica is busy (idle time is not counted, so the
-    pace is the one of a backlog: Little's law). A decision that finds nothing in flight is
-    always admitted, and so is every decision before the first completion. Only the event loop
-    touches the gate.
+    With ``by_deadline`` the gate also keeps ``adaptive_limit``, an AIMD concurrency limit
+    driven by the decisions' own deadlines (as TCP's window is driven by losses): a decision
+    answered within its deadline raises it by ``1 / adaptive_limit`` (one per "window" of
+    decisions) while the limit is in use; one answered after its deadline cuts it by
+    ``BACKOFF``, at most once per window (only a decision admitted after the last cut counts, so
+    one backlog draining late is one signal). It never goes below ``FLOOR`` nor above ``limit``.
+    No rate is estimated, so nothing assumes the pace is the same at every concurrency. Only
+    the event loop touches the gate.
     """
 
     #: seconds a refused caller is told to wait
     RETRY_AFTER_S = 1
-    #: weight of the newest interval in the moving average (about the last 10 completions)
-    SMOOTHING = 0.1
+    #: the adaptive limit starts here, and never goes below FLOOR
+    INITIAL = 16.0
+    FLOOR = 4.0
+    #: the adaptive limit's ceiling when there is no hard limit
+    CEILING = 1024.0
+    #: factor applied to the adaptive limit on a missed deadline
+    BACKOFF = 0.9
 
     def __init__(
         self,
@@ -234,17 +241,13 @@ class DecisionGate:
         self.in_flight = 0
         #: decisions refused since start, by reason (``limit``, ``deadline``)
         self.refused: dict[str, int] = {"limit": 0, "deadline": 0}
-        #: seconds between completions while busy (moving average); None until one completes
-        self.interval_s: float | None = None
+        self.adaptive_limit = min(self.INITIAL, self._ceiling())
         self._clock = clock
-        self._busy_since = 0.0
-        self._last_done = 0.0
+        self._admitted = 0  # admissions since start (each decision's sequence number)
+        self._cut_at = 0  # admissions counted at the last cut
 
-    def expected_wait_s(self) -> float | None:
-        """When a decision admitted now would be answered, at the recent pace."""
-        if self.interval_s is None:
-            return None
-        return (self.in_flight + 1) * self.interval_s
+    def _ceiling(self) -> float:
+        return float(self.limit) if self.limit else self.CEILING
 
     def _refuse(self, reason: str, message: str) -> TooManyRequestsError:
         self.refused[reason] += 1
@@ -254,36 +257,48 @@ class DecisionGate:
             headers={"Retry-After": str(self.RETRY_AFTER_S)},
         )
 
-    @contextlib.contextmanager
-    def admit(self, deadline_s: float | None = None) -> Iterator[None]:
+    def check(self) -> None:
+        """Raise :class:`TooManyRequestsError` if a decision arriving now would be refused
+        (counted as refused). ``AdmissionMiddleware`` asks before a body is read."""
         if self.limit and self.in_flight >= self.limit:
             raise self._refuse(
                 "limit",
                 f"this replica is already working on {self.in_flight} decisions, its limit "
                 "(KAIROS_MAX_DECISIONS_IN_FLIGHT)",
             )
-        if self.by_deadline and deadline_s is not None and self.in_flight:
-            wait = self.expected_wait_s()
-            if wait is not None and wait > deadline_s:
-                raise self._refuse(
-                    "deadline",
-                    f"at its recent pace this replica would answer in about {wait * 1000:.0f} "
-                    f"ms ({self.in_flight} decisions ahead), after this request's deadline of "
-                    f"{deadline_s * 1000:g} ms (KAIROS_ADMISSION=deadline)",
-                )
-        now = self._clock()
-        if self.in_flight == 0:
-            self._busy_since = now
+        if self.by_deadline and self.in_flight >= int(self.adaptive_limit):
+            raise self._refuse(
+                "deadline",
+                f"this replica is already working on {self.in_flight} decisions, its adaptive "
+                "limit, which shrinks while decisions miss their deadline "
+                "(KAIROS_ADMISSION=deadline)",
+            )
+
+    @contextlib.contextmanager
+    def admit(self, deadline_s: float | None = None) -> Iterator[None]:
+        """Count one decision in flight for its duration (refused as :meth:`check` says)."""
+        self.check()
+        started = self._clock()
+        self._admitted += 1
+        sequence = self._admitted
         self.in_flight += 1
         try:
             yield
         finally:
-            now = self._clock()
-            sample = now - max(self._busy_since, self._last_done)
-            pace = self.interval_s
-            self.interval_s = sample if pace is None else pace + self.SMOOTHING * (sample - pace)
-            self._last_done = now
+            busy = self.in_flight
             self.in_flight -= 1
+            if self.by_deadline and deadline_s is not None:
+                self._learn(self._clock() - started, deadline_s, sequence, busy)
+
+    def _learn(self, latency_s: float, deadline_s: float, sequence: int, busy: int) -> None:
+        """AIMD on one completion (``busy``: decisions in flight when it completed)."""
+        if latency_s > deadline_s:
+            if sequence > self._cut_at:
+                self.adaptive_limit = max(self.FLOOR, self.adaptive_limit * self.BACKOFF)
+                self._cut_at = self._admitted
+        elif 2 * busy >= self.adaptive_limit:  # grow only a limit that is in use
+            grown = self.adaptive_limit + 1.0 / self.adaptive_limit
+            self.adaptive_limit = min(self._ceiling(), grown)
 
 
 class DecisionService:

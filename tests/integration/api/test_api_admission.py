@@ -76,6 +76,31 @@ async def test_decide_past_the_limit_is_429_and_the_retry_is_new(
     assert gate.in_flight == 0
 
 
+async def test_a_full_replica_refuses_before_reading_the_body(
+    app: FastAPI, client: httpx.AsyncClient, cid: str
+) -> None:
+    """The refusal comes before the body is read (``AdmissionMiddleware``): a body that is not
+    even JSON, or larger than the body limit, gets the 429, not the 400 or 413 it would get
+    once read; the refusal is counted under its route. Other requests are served."""
+    with _busy(app) as gate:
+        r = await client.post(
+            "/v1/decide", content=b"{not json", headers={"content-type": "application/json"}
+        )
+        _refused(r)
+        huge = b" " * (app.state.settings.MAX_BODY_BYTES + 1)
+        _refused(await client.post(f"/v1/clusters/{cid}/schedule", content=huge))
+        assert gate.refused == {"limit": 2, "deadline": 0}
+        metrics = (await client.get("/metrics")).text
+        assert 'route="/v1/decide",status="429"' in metrics
+        assert 'route="/v1/clusters/{cluster_id}/schedule",status="429"' in metrics
+        await make_cluster(client, cid, nodes=1, cluster={"policy": "f1"}, cpu=8)
+        assert (await client.get(f"/v1/clusters/{cid}")).status_code == 200
+    r = await client.post(
+        "/v1/decide", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400  # once admitted, the body is read and found not to be JSON
+
+
 async def test_a_refused_round_applies_nothing_and_keeps_its_idempotency_key(
     app: FastAPI, client: httpx.AsyncClient, cid: str
 ) -> None:
@@ -129,39 +154,41 @@ async def test_every_decision_leaves_the_gate_whatever_its_end(
     assert gate.refused == {"limit": 0, "deadline": 0}
 
 
-async def test_a_decision_that_would_miss_its_deadline_is_429(
+async def test_past_the_adaptive_limit_a_decision_is_429(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
-    """``KAIROS_ADMISSION=deadline`` (ADR 0077): at a pace of 1 s per decision with one in
-    flight, a 500 ms deadline is refused before anything is decided or stored, a 5 s one is
-    answered; the refusal is counted by reason and the expected wait is exported."""
+    """``KAIROS_ADMISSION=deadline`` (ADR 0077): with the adaptive limit cut to its floor and
+    that many decisions in flight, the next is refused before anything is decided or stored; the
+    refusal is counted by reason and the limit is exported. A decision answered after its
+    deadline cuts the limit, one answered in time leaves it."""
     gate: DecisionGate = app.state.decisions.gate
     gate.by_deadline = True
-    gate.interval_s = 1.0
+    gate.limit = 0
+    gate.adaptive_limit = DecisionGate.FLOOR
     rid = f"req-{uuid.uuid4().hex}"
-    with gate.admit():
-        r = await client.post(
-            "/v1/decide",
-            json={**DECIDE_EXAMPLE, "deadline_ms": 500},
-            headers={"X-Request-ID": rid},
-        )
+    with contextlib.ExitStack() as stack:
+        for _ in range(int(DecisionGate.FLOOR)):
+            stack.enter_context(gate.admit())
+        r = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": rid})
         assert r.status_code == 429, r.text
         error = r.json()["error"]
         assert error["code"] == "overloaded"
-        assert "after this request's deadline of 500 ms" in error["message"]
+        assert "adaptive limit" in error["message"]
         assert r.headers["Retry-After"] == "1"
         assert await _stored(app, rid) == 0
         metrics = (await client.get("/metrics")).text
         assert 'kairos_admission_refused_total{reason="deadline"} 1.0' in metrics
-        assert "kairos_admission_expected_wait_seconds 2.0" in metrics
-        r = await client.post(
-            "/v1/decide",
-            json={**DECIDE_EXAMPLE, "deadline_ms": 5_000},
-            headers={"X-Request-ID": rid},
-        )
-        assert r.status_code == 200, r.text
+        assert f"kairos_admission_limit {DecisionGate.FLOOR}" in metrics
+    r = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": rid})
+    assert r.status_code == 200, r.text
     assert await _stored(app, rid) == 1
     assert gate.refused == {"limit": 0, "deadline": 1}
+    # an answer after its deadline (here 1 ms) is a congestion signal
+    gate.adaptive_limit = 10.0
+    late = {**DECIDE_EXAMPLE, "deadline_ms": 0.001}
+    r = await client.post("/v1/decide", json=late)
+    assert r.status_code == 200, r.text
+    assert gate.adaptive_limit == 10.0 * DecisionGate.BACKOFF
 
 
 async def test_the_admission_setting_reaches_the_gate(database_url: str) -> None:

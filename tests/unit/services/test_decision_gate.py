@@ -1,6 +1,5 @@
-"""The decision gate's deadline admission (ADR 0077) on a fake clock: the pace is the time
-between completions while the replica is busy, and a decision is refused when
-``(in_flight + 1) * pace`` passes its deadline."""
+"""The decision gate's deadline admission (ADR 0077) on a fake clock: an AIMD concurrency limit
+that grows while decisions meet their deadline and is cut when one misses it."""
 
 from __future__ import annotations
 
@@ -24,106 +23,115 @@ def _gate(clock: Clock, *, by_deadline: bool = True, limit: int = 0) -> Decision
     return DecisionGate(limit, by_deadline=by_deadline, clock=clock)
 
 
-def _busy_period(gate: DecisionGate, clock: Clock, count: int, step_s: float) -> None:
-    """``count`` decisions admitted together, completing ``step_s`` apart."""
+def _wave(
+    gate: DecisionGate, clock: Clock, count: int, latency_s: float, deadline_s: float
+) -> None:
+    """``count`` decisions admitted together, each answered ``latency_s`` after admission."""
     holds = [contextlib.ExitStack() for _ in range(count)]
     for hold in holds:
-        hold.enter_context(gate.admit(deadline_s=3600.0))
+        hold.enter_context(gate.admit(deadline_s=deadline_s))
+    clock.now += latency_s
     for hold in holds:
-        clock.now += step_s
         hold.close()
 
 
-def test_the_pace_is_the_time_between_completions_while_busy() -> None:
+def _refused_on_entry(gate: DecisionGate, deadline_s: float) -> TooManyRequestsError:
+    with pytest.raises(TooManyRequestsError) as refused:
+        gate.admit(deadline_s=deadline_s).__enter__()
+    return refused.value
+
+
+def test_decisions_meeting_their_deadline_grow_a_limit_in_use() -> None:
     clock = Clock()
     gate = _gate(clock)
-    assert gate.interval_s is None
-    assert gate.expected_wait_s() is None
-    _busy_period(gate, clock, 5, 0.010)
-    assert gate.interval_s == pytest.approx(0.010)
-    clock.now += 60.0  # idle: not part of any interval
-    _busy_period(gate, clock, 5, 0.010)
-    assert gate.interval_s == pytest.approx(0.010)
-    assert gate.in_flight == 0
-    assert gate.expected_wait_s() == pytest.approx(0.010)
+    assert gate.adaptive_limit == DecisionGate.INITIAL
+    for _ in range(10):
+        _wave(gate, clock, 16, 0.010, 0.050)
+    # +1/limit per completion while at least half the limit is in flight: about +0.5 a wave
+    assert 19.0 < gate.adaptive_limit < 22.0
+    assert gate.refused == {"limit": 0, "deadline": 0}
 
 
-def test_the_pace_follows_a_slower_backlog() -> None:
+def test_light_load_does_not_grow_the_limit() -> None:
     clock = Clock()
     gate = _gate(clock)
-    _busy_period(gate, clock, 5, 0.010)
-    _busy_period(gate, clock, 60, 0.030)
-    assert gate.interval_s == pytest.approx(0.030, rel=0.01)
+    for _ in range(100):
+        _wave(gate, clock, 2, 0.010, 0.050)
+    assert gate.adaptive_limit == DecisionGate.INITIAL
 
 
-def test_a_decision_that_would_miss_its_deadline_is_refused() -> None:
+def test_a_missed_deadline_cuts_the_limit_once_per_window() -> None:
     clock = Clock()
     gate = _gate(clock)
-    _busy_period(gate, clock, 5, 0.010)
+    _wave(gate, clock, 12, 0.080, 0.050)  # twelve late answers, admitted before any cut
+    assert gate.adaptive_limit == pytest.approx(DecisionGate.INITIAL * DecisionGate.BACKOFF)
+    _wave(gate, clock, 4, 0.080, 0.050)  # admitted after the cut: a fresh signal
+    assert gate.adaptive_limit == pytest.approx(DecisionGate.INITIAL * DecisionGate.BACKOFF**2)
+
+
+def test_the_limit_stays_between_the_floor_and_the_hard_limit() -> None:
+    clock = Clock()
+    gate = _gate(clock, limit=20)
+    for _ in range(100):
+        _wave(gate, clock, 4, 0.080, 0.050)
+    assert gate.adaptive_limit == DecisionGate.FLOOR
+    for _ in range(200):
+        _wave(gate, clock, int(gate.adaptive_limit), 0.010, 0.050)
+    assert gate.adaptive_limit == 20.0
+
+
+def test_past_the_adaptive_limit_a_decision_is_refused() -> None:
+    clock = Clock()
+    gate = _gate(clock)
+    for _ in range(30):  # a backlog that keeps missing its deadline
+        _wave(gate, clock, int(gate.adaptive_limit), 0.200, 0.050)
+    assert gate.adaptive_limit == DecisionGate.FLOOR
     with contextlib.ExitStack() as ahead:
         for _ in range(4):
-            ahead.enter_context(gate.admit(deadline_s=1.0))
-        # four ahead at 10 ms each: answered in about 50 ms
-        assert gate.expected_wait_s() == pytest.approx(0.050)
-        with pytest.raises(TooManyRequestsError) as refused:
-            gate.admit(deadline_s=0.040).__enter__()  # refused on entry
-        assert refused.value.code == "overloaded"
-        assert "deadline of 40 ms" in refused.value.message
-        assert "KAIROS_ADMISSION=deadline" in refused.value.message
-        assert refused.value.headers == {"Retry-After": "1"}
+            ahead.enter_context(gate.admit(deadline_s=0.050))
+        refused = _refused_on_entry(gate, 0.050)
+        assert refused.code == "overloaded"
+        assert "adaptive limit" in refused.message
+        assert "KAIROS_ADMISSION=deadline" in refused.message
+        assert refused.headers == {"Retry-After": "1"}
         assert gate.in_flight == 4
-        with gate.admit(deadline_s=0.060):  # a longer deadline is admitted
-            assert gate.in_flight == 5
     assert gate.refused == {"limit": 0, "deadline": 1}
+    # room again once they leave; answers within the deadline grow it back
+    for _ in range(20):
+        _wave(gate, clock, int(gate.adaptive_limit), 0.010, 0.050)
+    assert gate.adaptive_limit > DecisionGate.FLOOR + 2
 
 
-def test_a_decision_finding_nothing_in_flight_is_always_admitted() -> None:
+def test_limit_admission_ignores_deadlines() -> None:
     clock = Clock()
-    gate = _gate(clock)
-    _busy_period(gate, clock, 3, 5.0)  # a pace of 5 s per decision
-    with gate.admit(deadline_s=0.001):
-        assert gate.in_flight == 1
-    assert gate.refused["deadline"] == 0
-
-
-def test_before_any_completion_every_decision_is_admitted() -> None:
-    gate = _gate(Clock())
+    gate = _gate(clock, by_deadline=False)
+    for _ in range(30):
+        _wave(gate, clock, 8, 0.200, 0.050)
+    assert gate.adaptive_limit == DecisionGate.INITIAL
     with contextlib.ExitStack() as stack:
         for _ in range(100):
             stack.enter_context(gate.admit(deadline_s=0.001))
     assert gate.refused == {"limit": 0, "deadline": 0}
 
 
-def test_limit_admission_ignores_the_pace() -> None:
-    clock = Clock()
-    gate = _gate(clock, by_deadline=False)
-    _busy_period(gate, clock, 3, 5.0)
-    with contextlib.ExitStack() as stack:
-        for _ in range(10):
-            stack.enter_context(gate.admit(deadline_s=0.001))
-    assert gate.refused == {"limit": 0, "deadline": 0}
-
-
-def test_the_limit_is_checked_first_and_named() -> None:
-    clock = Clock()
-    gate = _gate(clock, limit=2)
-    _busy_period(gate, clock, 2, 5.0)
-    with gate.admit(), gate.admit(), pytest.raises(TooManyRequestsError) as refused:
-        gate.admit(deadline_s=0.001).__enter__()  # refused on entry
-    assert "KAIROS_MAX_DECISIONS_IN_FLIGHT" in refused.value.message
+def test_the_hard_limit_is_checked_first_and_named() -> None:
+    gate = _gate(Clock(), limit=2)
+    with gate.admit(), gate.admit():
+        refused = _refused_on_entry(gate, 0.050)
+    assert "KAIROS_MAX_DECISIONS_IN_FLIGHT" in refused.message
     assert gate.refused == {"limit": 1, "deadline": 0}
 
 
-def test_a_failed_decision_still_leaves_the_gate_and_counts_as_a_completion() -> None:
+def test_a_failed_decision_still_leaves_the_gate_and_counts() -> None:
     clock = Clock()
     gate = _gate(clock)
 
     def failing() -> None:
-        with gate.admit(deadline_s=1.0):
-            clock.now += 0.02
+        with gate.admit(deadline_s=0.050):
+            clock.now += 0.2
             raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
         failing()
     assert gate.in_flight == 0
-    assert gate.interval_s == pytest.approx(0.02)
+    assert gate.adaptive_limit == pytest.approx(DecisionGate.INITIAL * DecisionGate.BACKOFF)
