@@ -289,6 +289,19 @@ def _validate_running(state: ClusterState, nodes: Mapping[str, Node], seen: set[
         _check_within(u, nodes[node_id].capacity, "running", f"running jobs on node {node_id!r}")
 
 
+def _tasks_on_row(
+    free: list[float], slack: list[float], demand: tuple[float, ...], cols: list[int], tasks: int
+) -> int:
+    """:func:`~app.domain.placement.max_tasks_per_node` of one row in Python floats (the same
+    IEEE operations as numpy): ``floor(min_c (free + slack) / demand)`` clipped to
+    ``[0, tasks]`` over the positive columns ``cols``."""
+    if not cols:
+        return tasks
+    q = min([(free[c] + slack[c]) / demand[c] for c in cols])
+    # q >= tasks also covers q = inf (a subnormal demand); q < 1 (and NaN) holds no task
+    return tasks if q >= tasks else (math.floor(q) if q >= 1.0 else 0)
+
+
 def validate_snapshot(state: ClusterState) -> None:
     """Raise :class:`SnapshotError` unless the snapshot is consistent.
 
@@ -657,14 +670,7 @@ class DecisionRun:
         out: RowPlacement = []
         remaining = tasks
         for row, free in enumerate(self._free_rows):
-            if not cols:
-                k = tasks
-            else:
-                sl = slack[row]
-                q = min([(free[c] + sl[c]) / demand[c] for c in cols])
-                # q >= tasks also covers q = inf (a subnormal demand); NaN cannot occur
-                # (validated finite numbers) and q < 1 holds no task
-                k = tasks if q >= tasks else (math.floor(q) if q >= 1.0 else 0)
+            k = _tasks_on_row(free, slack[row], demand, cols, tasks)
             if info.single:
                 if k >= tasks:
                     return [(row, tasks)]
@@ -878,15 +884,7 @@ class DecisionRun:
         """``max_tasks_per_node`` of the reserved job on one row (Python floats)."""
         reserved = self._reserved
         assert reserved is not None
-        tasks = reserved.tasks
-        demand = reserved.job_demand
-        columns = reserved.cols
-        if not columns:
-            return float(tasks)
-        q = min([(free[c] + slack[c]) / demand[c] for c in columns])
-        if q >= tasks:  # floor(q) >= tasks too (tasks is an integer); also q = inf
-            return float(tasks)
-        return float(max(math.floor(q), 0))
+        return float(_tasks_on_row(free, slack, reserved.job_demand, reserved.cols, reserved.tasks))
 
     def _reserve(self, info: _Info) -> None:
         found = self._earliest(info)
