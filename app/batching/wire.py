@@ -1,15 +1,19 @@
 """JSON wire format of decision requests and outcomes between the API and ``kairos worker``.
 
 Pure functions (no I/O).  Version ``WIRE_VERSION`` is carried in every message; a worker refuses
-(answers with an error) a message of another version instead of guessing.
+(answers with an error) a message of another version instead of guessing.  Messages are compact
+UTF-8 JSON written and read with orjson (:mod:`app.jsonio`): a 64-job request is ~13 kB, and
+``json.dumps`` of it was the largest single cost of the API process in Redis mode.  A non-finite
+float (which validated input never holds) is written as ``null``, so the reader refuses the
+message (:class:`WireError`) instead of deciding on it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from app import jsonio
 from app.domain.decision import DecisionConfig
 from app.domain.types import (
     Allocation,
@@ -50,17 +54,18 @@ def _job(job: Job) -> dict[str, Any]:
 
 
 def _job_from(raw: Mapping[str, Any]) -> Job:
+    # JSON object keys are always strings; values are converted (a foreign type fails here)
     return Job(
-        id=str(raw["id"]),
-        per_task={str(k): float(v) for k, v in raw["per_task"].items()},
-        walltime_s=float(raw["walltime_s"]),
-        submit_time=float(raw["submit_time"]),
-        tasks=int(raw["tasks"]),
-        priority=int(raw["priority"]),
-        user=raw.get("user"),
-        queue=raw.get("queue"),
-        depends_on=tuple(str(d) for d in raw.get("depends_on", ())),
-        labels={str(k): str(v) for k, v in raw.get("labels", {}).items()},
+        str(raw["id"]),
+        {k: float(v) for k, v in raw["per_task"].items()},
+        float(raw["walltime_s"]),
+        float(raw["submit_time"]),
+        int(raw["tasks"]),
+        int(raw["priority"]),
+        raw.get("user"),
+        raw.get("queue"),
+        tuple(map(str, raw.get("depends_on", ()))),
+        {k: str(v) for k, v in raw.get("labels", {}).items()},
     )
 
 
@@ -100,10 +105,10 @@ def state_from_json(raw: Mapping[str, Any]) -> ClusterState:
         nodes=tuple(
             Node(
                 id=str(n["id"]),
-                capacity={str(k): float(v) for k, v in n["capacity"].items()},
-                allocated={str(k): float(v) for k, v in n["allocated"].items()},
+                capacity={k: float(v) for k, v in n["capacity"].items()},
+                allocated={k: float(v) for k, v in n["allocated"].items()},
                 state=NodeState(n["state"]),
-                labels={str(k): str(v) for k, v in n.get("labels", {}).items()},
+                labels={k: str(v) for k, v in n.get("labels", {}).items()},
             )
             for n in raw["nodes"]
         ),
@@ -119,7 +124,7 @@ def state_from_json(raw: Mapping[str, Any]) -> ClusterState:
 Convert = Callable[[float], float]
 
 
-def request_to_json(request: DecisionRequest, to_redis: Convert | None = None) -> str:
+def request_to_json(request: DecisionRequest, to_redis: Convert | None = None) -> bytes:
     """The request as one stream entry. With ``to_redis`` (the sender's
     :meth:`~app.batching.redis_clock.RedisClock.to_redis`), the deadline also travels as
     ``deadline_redis``, on the Redis server's clock (ADR 0074); ``deadline`` stays, on the
@@ -128,7 +133,7 @@ def request_to_json(request: DecisionRequest, to_redis: Convert | None = None) -
     extra: dict[str, float] = {}
     if to_redis is not None and request.deadline is not None:
         extra["deadline_redis"] = to_redis(request.deadline)
-    return json.dumps(
+    return jsonio.dumps(
         {
             "v": WIRE_VERSION,
             "request_id": request.request_id,
@@ -144,9 +149,7 @@ def request_to_json(request: DecisionRequest, to_redis: Convert | None = None) -
             "shadow": request.shadow,
             "deadline": request.deadline,
             **extra,
-        },
-        separators=(",", ":"),
-        allow_nan=False,
+        }
     )
 
 
@@ -155,7 +158,7 @@ def request_from_json(text: str | bytes, from_redis: Convert | None = None) -> D
     :meth:`~app.batching.redis_clock.RedisClock.from_redis`) and a ``deadline_redis`` in the
     entry, the deadline is converted to the reader's clock; otherwise it is taken as sent."""
     try:
-        raw = json.loads(text)
+        raw = jsonio.loads(text)
         if raw.get("v") != WIRE_VERSION:
             raise WireError(f"wire version {raw.get('v')!r}, expected {WIRE_VERSION}")
         cfg = raw["config"]
@@ -206,10 +209,10 @@ def decision_from_json(raw: Mapping[str, Any]) -> Decision:
     )
 
 
-def outcome_to_json(outcome: DecisionOutcome, *, batch_size: int, leader: bool) -> str:
+def outcome_to_json(outcome: DecisionOutcome, *, batch_size: int, leader: bool) -> bytes:
     """``batch_size``/``leader``: the worker's batch, observed once (by the leader's requester)."""
     shadow = outcome.shadow
-    return json.dumps(
+    return jsonio.dumps(
         {
             "v": WIRE_VERSION,
             "request_id": outcome.request_id,
@@ -231,16 +234,14 @@ def outcome_to_json(outcome: DecisionOutcome, *, batch_size: int, leader: bool) 
             "inference_batch": outcome.batch_size,
             "batch_size": batch_size,
             "leader": leader,
-        },
-        separators=(",", ":"),
-        allow_nan=False,
+        }
     )
 
 
 def outcome_from_json(text: str | bytes) -> tuple[DecisionOutcome, int, bool]:
     """The outcome, the worker batch size and whether this reply is the batch's leader."""
     try:
-        raw = json.loads(text)
+        raw = jsonio.loads(text)
         if raw.get("v") != WIRE_VERSION:
             raise WireError(f"wire version {raw.get('v')!r}, expected {WIRE_VERSION}")
         shadow_raw = raw.get("shadow")

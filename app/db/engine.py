@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from app import jsonio
 
 #: Execution option a connection carries to start its transaction with ``BEGIN IMMEDIATE``
 #: (SQLite only): the write lock is taken up front, so a read-then-write transaction never
@@ -16,21 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 SQLITE_BEGIN_IMMEDIATE = "kairos_begin_immediate"
 
 
-_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
-
-
 class UnsupportedDatabaseError(ValueError):
     pass
 
 
 def json_dumps(value: Any) -> str:
-    """How JSON columns are written: orjson (a decision's input snapshot, ~13 kB for 64 jobs,
-    in a tenth of ``json.dumps``' time); what orjson refuses (ints beyond 64 bits, unknown
-    types) goes through ``json.dumps`` as before. Reading stays ``json.loads``."""
-    try:
-        return orjson.dumps(value, option=_ORJSON_OPTIONS).decode()
-    except TypeError:
-        return json.dumps(value)
+    """How JSON columns are written: :func:`app.jsonio.dumps` (orjson, ``json.dumps`` for what
+    orjson refuses). Reading stays ``json.loads``."""
+    return jsonio.dumps(value).decode()
 
 
 def async_url(url: str) -> URL:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_the_deadline_crosses_on_the_redis_clock_when_both_sides_know_it() -> No
     # an entry from a sender without a Redis clock: its deadline is taken as sent
     assert request_from_json(request_to_json(request), lambda t: t + 7.0).deadline == 1_000.25
     no_deadline = DecisionRequest("req-3", _state())
-    assert "deadline_redis" not in request_to_json(no_deadline, to_redis=lambda t: t + 1.0)
+    assert b"deadline_redis" not in request_to_json(no_deadline, to_redis=lambda t: t + 1.0)
 
 
 def test_outcome_round_trip() -> None:
@@ -90,6 +91,28 @@ def test_outcome_round_trip() -> None:
     back, size, leader = outcome_from_json(outcome_to_json(outcome, batch_size=7, leader=True))
     assert back == outcome
     assert (size, leader) == (7, True)
+
+
+def test_a_non_finite_float_never_crosses_as_a_number() -> None:
+    """Validated input holds none; if one slipped through, the reader refuses the message
+    instead of deciding on a snapshot that lost a number (orjson writes NaN as null)."""
+    for bad in (float("nan"), float("inf")):
+        sent = request_to_json(DecisionRequest("req-4", replace(_state(), now=bad)))
+        with pytest.raises(WireError):
+            request_from_json(sent)
+    # and a message carrying the non-standard literal is refused too
+    good = json.loads(request_to_json(DecisionRequest("req-5", _state())))
+    with pytest.raises(WireError):
+        request_from_json(json.dumps({**good, "deadline": float("nan")}))
+
+
+def test_what_orjson_refuses_is_written_by_json() -> None:
+    """An int beyond 64 bits (not reachable from the API's bounds, but a domain ``Job`` allows
+    it) still round-trips."""
+    state = _state()
+    huge = replace(state, pending=(replace(state.pending[0], priority=2**70),))
+    request = DecisionRequest("req-6", huge)
+    assert request_from_json(request_to_json(request)) == request
 
 
 def test_bad_messages_are_typed_errors() -> None:
