@@ -10,8 +10,11 @@ heuristic path). Every server is a ``kairos serve`` subprocess on its own SQLite
 embedded default); Redis runs are against ``KAIROS_BENCH_REDIS_URL`` (default
 ``redis://127.0.0.1:6379/0``) under a fresh key prefix. Prints requests/s, p50/p99 latency, the
 share of decisions taken by the fallback, the ratio to the ceiling at the same concurrency, and
-the CPU cores each server process used during the cell (API first, then workers; from
-``/proc``), which shows which process is the bottleneck.
+the server CPU per request (every server process together, ms) and the CPU cores each server
+process used during the cell (API first, then workers; from ``/proc``), which shows which process
+is the bottleneck. CPU per request barely moves with the host's other load; its ratio to the
+ceiling's, printed at the end, is the throughput ratio a one-process configuration would reach
+with a core of its own.
 
 ``--rates`` adds open-loop cells: requests arrive at a fixed mean rate (Poisson, seeded) whatever
 the answers' latency, as an orchestrator's scheduling cycles would. Below saturation these show
@@ -31,6 +34,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -116,6 +120,18 @@ def _cpu_seconds(pid: int) -> float | None:
     if own is None:
         return None
     return own + sum(_cpu_seconds(child) or 0.0 for child in _children(pid))
+
+
+def _cpu_ms_per_request(
+    before: list[float | None], after: list[float | None], requests: int
+) -> float | None:
+    """Server CPU (every process: API and workers) per request answered or refused, in ms;
+    None without procfs or requests. Unlike req/s it barely moves with what else runs on the
+    host, so it is the figure to compare configurations by on a shared machine."""
+    if requests <= 0 or any(b is None or a is None for b, a in zip(before, after, strict=True)):
+        return None
+    used = sum((a or 0.0) - (b or 0.0) for b, a in zip(before, after, strict=True))
+    return 1000.0 * used / requests
 
 
 def _cores(before: list[float | None], after: list[float | None], seconds: float) -> str:
@@ -220,8 +236,12 @@ class Result:
     errors: int
     #: share of requests refused with 429 (admission, ``--admit``); not in the latencies
     refused: float = 0.0
-    #: CPU cores the server's processes used during the cell (set by ``main``)
+    #: CPU cores the server's processes used during the cell (set by ``measured``)
     cores: str = ""
+    #: requests answered or refused in the cell
+    requests: int = 0
+    #: server CPU per request, all processes, in ms (set by ``measured``; None without procfs)
+    cpu_ms: float | None = None
 
     #: the headings of :meth:`cells`
     HEADS = ("req/s", "p50 ms", "p99 ms", "fallback", "refused", "errors")
@@ -249,6 +269,7 @@ class Result:
             fallback=fallbacks / max(1, len(latencies)),
             errors=errors,
             refused=refused / max(1, len(latencies) + refused),
+            requests=len(latencies) + refused,
         )
 
 
@@ -434,7 +455,7 @@ def decision_cost_ms(models: Path, policy: str, rounds: int = 20) -> float:
 def _row(*cells: object) -> str:
     """One line of a results table: name left-aligned, numbers right-aligned, cores last."""
     name, *numbers, cores = (str(c) for c in cells)
-    widths = (7, 8, 8, 8, 8, 8, 6, 13)
+    widths = (7, 8, 8, 8, 8, 8, 6, 13, 9)
     return " ".join(
         [f"{name:<10}", *(f"{n:>{w}}" for n, w in zip(numbers, widths, strict=True)), f" {cores}"]
     )
@@ -444,7 +465,9 @@ def measured(server: Server, cell: Coroutine[Any, Any, Result]) -> Result:
     """Run one cell; note the CPU cores the server's processes used meanwhile."""
     before, started = server.cpu_seconds(), time.perf_counter()
     result = asyncio.run(cell)
-    result.cores = _cores(before, server.cpu_seconds(), time.perf_counter() - started)
+    after = server.cpu_seconds()
+    result.cores = _cores(before, after, time.perf_counter() - started)
+    result.cpu_ms = _cpu_ms_per_request(before, after, result.requests)
     return result
 
 
@@ -501,16 +524,28 @@ def main(argv: list[str]) -> int:
             finally:
                 server.stop()
         print(f"/v1/decide, 16 nodes x 64 jobs, policy {policy}, {args.seconds:.0f} s per cell")
-        print(_row("config", "clients", *Result.HEADS, "x ceiling", "cores api / workers"))
+        print(
+            _row("config", "clients", *Result.HEADS, "x ceiling", "cpu ms", "cores api / workers")
+        )
         for (name, clients), r in results.items():
             ceiling = results[("ceiling", clients)].rps
-            print(_row(name, clients, *r.cells(), f"{r.rps / ceiling:.2f}", r.cores))
+            print(_row(name, clients, *r.cells(), f"{r.rps / ceiling:.2f}", _ms(r.cpu_ms), r.cores))
         if opened:
             print(f"\nopen loop (Poisson arrivals), {args.seconds:.0f} s per cell")
-            print(_row("config", "offered", *Result.HEADS, "p50 - ceiling", "cores api / workers"))
+            heads = (*Result.HEADS, "p50 - ceiling", "cpu ms", "cores api / workers")
+            print(_row("config", "offered", *heads))
             for (name, rate), r in opened.items():
                 base = opened[("ceiling", rate)].p50_ms
-                print(_row(name, f"{rate:.0f}", *r.cells(), f"{r.p50_ms - base:.1f}", r.cores))
+                print(
+                    _row(
+                        name,
+                        f"{rate:.0f}",
+                        *r.cells(),
+                        f"{r.p50_ms - base:.1f}",
+                        _ms(r.cpu_ms),
+                        r.cores,
+                    )
+                )
         if results:
             ceiling = max(r.rps for (name, _), r in results.items() if name == "ceiling")
             print("\nwork floor, in this process: one core decision (no HTTP, no storage)")
@@ -521,6 +556,9 @@ def main(argv: list[str]) -> int:
                     f"  {name:<12} {cost:6.3f} ms  -> one process serves at most "
                     f"~{bound:.0f} req/s ({bound / ceiling:.2f} x ceiling {ceiling:.0f})"
                 )
+            print("\nserver CPU per request (all its processes), median over the client counts")
+            for line in cpu_lines(results):
+                print(f"  {line}")
             print("\ntargets (issue #3)")
             for line in verdicts(results):
                 print(f"  {line}")
@@ -539,6 +577,26 @@ def admission_configs(spec: str) -> list[tuple[str, str | None, int, dict[str, s
         else:
             raise SystemExit(f"--admit: {item!r} is neither a positive integer nor 'deadline'")
     return out
+
+
+def _ms(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f}"
+
+
+def cpu_lines(results: dict[tuple[str, int], Result]) -> list[str]:
+    """Each configuration's server CPU per request against the ceiling's. For a one-process
+    configuration its inverse is the throughput ratio it would reach with a core of its own
+    (and the load generator with another): the 0.8 x target needs the embedded default within
+    1.25 x the ceiling's CPU per request, whatever the host's other load."""
+    by_config: dict[str, list[float]] = {}
+    for (name, _), r in results.items():
+        if r.cpu_ms is not None:
+            by_config.setdefault(name, []).append(r.cpu_ms)
+    if "ceiling" not in by_config:
+        return []
+    medians = {name: statistics.median(ms) for name, ms in by_config.items()}
+    base = medians["ceiling"]
+    return [f"{name:<10} {ms:6.2f} ms  ({ms / base:.1f} x ceiling)" for name, ms in medians.items()]
 
 
 def verdicts(results: dict[tuple[str, int], Result]) -> list[str]:

@@ -38,6 +38,32 @@ def test_cores_are_read_per_process_from_proc() -> None:
     assert bench._cores([1.0, 0.0, None], [2.0, 0.5, None], 2.0) == "0.50 / 0.25+?"
 
 
+def test_cpu_per_request_sums_every_server_process() -> None:
+    assert bench._cpu_ms_per_request([1.0, 2.0], [1.5, 2.25], 250) == pytest.approx(3.0)
+    assert bench._cpu_ms_per_request([1.0, None], [1.5, 2.0], 250) is None
+    assert bench._cpu_ms_per_request([1.0], [1.5], 0) is None
+
+
+def test_cpu_per_request_is_compared_with_the_ceiling() -> None:
+    def cell(cpu_ms: float | None) -> bench.Result:
+        return bench.Result(rps=1.0, p50_ms=1.0, p99_ms=1.0, fallback=0.0, errors=0, cpu_ms=cpu_ms)
+
+    results = {
+        ("ceiling", 1): cell(0.4),
+        ("ceiling", 8): cell(0.5),
+        ("ceiling", 32): cell(0.6),
+        ("embedded", 1): cell(4.0),
+        ("embedded", 8): cell(2.5),
+        ("embedded", 32): cell(None),
+    }
+    lines = bench.cpu_lines(results)
+    assert lines[0].split()[:2] == ["ceiling", "0.50"]
+    # the medians: 3.25 ms against 0.50 ms
+    assert lines[1].split()[:2] == ["embedded", "3.25"]
+    assert "(6.5 x ceiling)" in lines[1]
+    assert bench.cpu_lines({("embedded", 1): cell(1.0)}) == []
+
+
 def test_cores_count_child_processes() -> None:
     """A server that serves from child processes (uvicorn workers) is measured whole."""
     if bench._cpu_seconds(os.getpid()) is None:
@@ -69,6 +95,7 @@ def test_cores_count_child_processes() -> None:
 def test_refused_requests_are_a_share_and_stay_out_of_the_latencies() -> None:
     r = bench.Result.of([0.010, 0.020, 0.030], elapsed=1.0, fallbacks=0, errors=0, refused=1)
     assert r.rps == 3.0
+    assert r.requests == 4
     assert r.refused == 0.25
     assert r.p99_ms < 30.0 + 1e-9
 
