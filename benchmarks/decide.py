@@ -10,11 +10,12 @@ heuristic path). Every server is a ``kairos serve`` subprocess on its own SQLite
 embedded default); Redis runs are against ``KAIROS_BENCH_REDIS_URL`` (default
 ``redis://127.0.0.1:6379/0``) under a fresh key prefix. Prints requests/s, p50/p99 latency, the
 share of decisions taken by the fallback, the ratio to the ceiling at the same concurrency, and
-the server CPU per request (every server process together, ms) and the CPU cores each server
-process used during the cell (API first, then workers; from ``/proc``), which shows which process
-is the bottleneck. CPU per request barely moves with the host's other load; its ratio to the
-ceiling's, printed at the end, is the throughput ratio a one-process configuration would reach
-with a core of its own.
+the server CPU per answered request (every server process together, ms) and the CPU cores each
+server process used during the cell (API first, then workers; from ``/proc``), which shows which
+process is the bottleneck. CPU per request follows the host's speed (it rose 1.4 x between two
+runs on the shared dev host) but not how the cores are shared out; its ratio to the ceiling's,
+printed at the end, is the throughput ratio a one-process configuration would reach with a core
+of its own.
 
 ``--rates`` adds open-loop cells: requests arrive at a fixed mean rate (Poisson, seeded) whatever
 the answers' latency, as an orchestrator's scheduling cycles would. Below saturation these show
@@ -125,9 +126,9 @@ def _cpu_seconds(pid: int) -> float | None:
 def _cpu_ms_per_request(
     before: list[float | None], after: list[float | None], requests: int
 ) -> float | None:
-    """Server CPU (every process: API and workers) per request answered or refused, in ms;
-    None without procfs or requests. Unlike req/s it barely moves with what else runs on the
-    host, so it is the figure to compare configurations by on a shared machine."""
+    """Server CPU (every process: API and workers, refusals included) per answered request, in
+    ms; None without procfs or answers. Unlike req/s it does not depend on how the host's cores
+    are shared out, so within one run it compares configurations on a small machine."""
     if requests <= 0 or any(b is None or a is None for b, a in zip(before, after, strict=True)):
         return None
     used = sum((a or 0.0) - (b or 0.0) for b, a in zip(before, after, strict=True))
@@ -238,8 +239,8 @@ class Result:
     refused: float = 0.0
     #: CPU cores the server's processes used during the cell (set by ``measured``)
     cores: str = ""
-    #: requests answered or refused in the cell
-    requests: int = 0
+    #: requests answered in the cell (refused ones not counted)
+    answered: int = 0
     #: server CPU per request, all processes, in ms (set by ``measured``; None without procfs)
     cpu_ms: float | None = None
 
@@ -269,7 +270,7 @@ class Result:
             fallback=fallbacks / max(1, len(latencies)),
             errors=errors,
             refused=refused / max(1, len(latencies) + refused),
-            requests=len(latencies) + refused,
+            answered=len(latencies),
         )
 
 
@@ -467,7 +468,7 @@ def measured(server: Server, cell: Coroutine[Any, Any, Result]) -> Result:
     result = asyncio.run(cell)
     after = server.cpu_seconds()
     result.cores = _cores(before, after, time.perf_counter() - started)
-    result.cpu_ms = _cpu_ms_per_request(before, after, result.requests)
+    result.cpu_ms = _cpu_ms_per_request(before, after, result.answered)
     return result
 
 

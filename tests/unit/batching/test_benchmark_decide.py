@@ -95,7 +95,7 @@ def test_cores_count_child_processes() -> None:
 def test_refused_requests_are_a_share_and_stay_out_of_the_latencies() -> None:
     r = bench.Result.of([0.010, 0.020, 0.030], elapsed=1.0, fallbacks=0, errors=0, refused=1)
     assert r.rps == 3.0
-    assert r.requests == 4
+    assert r.answered == 3
     assert r.refused == 0.25
     assert r.p99_ms < 30.0 + 1e-9
 
