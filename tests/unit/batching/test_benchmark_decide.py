@@ -101,8 +101,8 @@ def test_refused_requests_are_a_share_and_stay_out_of_the_latencies() -> None:
 
 
 def test_the_targets_are_judged_from_the_measured_cells() -> None:
-    def cell(rps: float, p99: float = 10.0) -> bench.Result:
-        return bench.Result(rps=rps, p50_ms=1.0, p99_ms=p99, fallback=0.0, errors=0)
+    def cell(rps: float, p99: float = 10.0, fallback: float = 0.0) -> bench.Result:
+        return bench.Result(rps=rps, p50_ms=1.0, p99_ms=p99, fallback=fallback, errors=0)
 
     results = {
         ("ceiling", 8): cell(1000.0),
@@ -111,14 +111,19 @@ def test_the_targets_are_judged_from_the_measured_cells() -> None:
         ("embedded", 32): cell(300.0, p99=30.0),
         ("redis-1w", 8): cell(200.0),
         ("redis-2w", 8): cell(250.0),
-        ("redis-1w", 32): cell(300.0),
-        ("redis-2w", 32): cell(290.0),
+        # overload: 1 worker answers more, but mostly with the fallback
+        ("redis-1w", 32): cell(300.0, fallback=0.9),
+        ("redis-2w", 32): cell(290.0, fallback=0.5),
     }
     lines = bench.verdicts(results)
     assert lines[0].startswith("met: embedded >= 0.8 x ceiling (best 0.85")
     assert lines[1].startswith("NOT met: embedded p99 < 25 ms at 32 clients (30.0 ms")
     assert "40.0 ms" in lines[1]
-    assert lines[2] == "NOT met: 2 workers > 1 worker (more throughput at 1 of 2 client counts)"
+    assert lines[2] == (
+        "NOT met: 2 workers > 1 worker (more throughput at 1 of 2 client counts; "
+        "more answers from the policy itself, model/s, at 2 of 2)"
+    )
+    assert results[("redis-2w", 32)].model_rps == 145.0
     assert bench.verdicts({("ceiling", 1): cell(1.0)}) == []
 
 
