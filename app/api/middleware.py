@@ -21,7 +21,7 @@ from app.db.session import Database
 from app.observability import Metrics
 from app.services import idempotency
 from app.services.decision import DecisionGate
-from app.services.errors import ServiceError, TooManyRequestsError
+from app.services.errors import ServiceError
 from app.services.idempotency import StoredResponse
 
 logger = logging.getLogger(__name__)
@@ -70,9 +70,9 @@ def route_template(scope: Scope) -> str:
     Routes of included routers know only their own part of the path (``/clusters/{cluster_id}``);
     the router prefix is the part of the request path before the route's own match.
     """
-    refused: str | None = scope.get("state", {}).get("refused_route")
-    if refused is not None:  # answered by AdmissionMiddleware, before routing
-        return refused
+    early: str | None = scope.get("state", {}).get("early_route")
+    if early is not None:  # answered by AdmissionMiddleware, before routing
+        return early
     route = scope.get("route")
     fmt = getattr(route, "path_format", None)
     regex = getattr(route, "path_regex", None)
@@ -120,14 +120,16 @@ _DECIDE_ROUTES = {"decide": "/v1/decide", "schedule": "/v1/clusters/{cluster_id}
 
 class AdmissionMiddleware:
     """429 ``overloaded`` for a decision request (``POST /v1/decide``,
-    ``/v1/clusters/{id}/schedule``) before its body is read, when the decision gate would refuse
-    it now (ADRs 0075, 0077).
+    ``/v1/clusters/{id}/schedule``) before its body is parsed, when the decision gate would
+    refuse it now (ADRs 0075, 0077).
 
-    Under overload most requests are refused; refused here, one costs no body buffering, JSON
-    parsing or validation, which would otherwise take the CPU the admitted decisions need. The
-    gate checks again when the decision enters it. A refused request claims no
-    ``Idempotency-Key`` (this runs before that middleware), so its retry runs as new; a retry of
-    a request already answered is refused too while the replica is full, and replayed later.
+    Under overload most requests are refused; refused here, one costs no JSON parsing or
+    validation, which would otherwise take the CPU the admitted decisions need. The gate checks
+    again when the decision enters it. A refused request claims no ``Idempotency-Key`` (this
+    runs before that middleware), so its retry runs as new. A request whose key already holds
+    an answer is answered from the key instead, as the idempotency middleware would (a replay,
+    or its 409s): that costs one read and no decision, and a caller retrying a decision whose
+    answer it lost gets it even while the replica is full.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -142,15 +144,91 @@ class AdmissionMiddleware:
         if decides is not None:
             # built in lifespan, after the middleware stack: read from the app's state
             gate: DecisionGate = scope["app"].state.decisions.gate
-            try:
-                gate.check()
-            except TooManyRequestsError as exc:
+            refusal = gate.refusal()
+            if refusal is not None:
                 route = _DECIDE_ROUTES[decides.group(1) or decides.group(2)]
-                scope.setdefault("state", {})["refused_route"] = route
+                scope.setdefault("state", {})["early_route"] = route
+                if await _answer_from_key(scope, receive, send):
+                    return
+                exc = gate.refuse(refusal)
                 headers = [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
                 await _send_json(send, exc.status_code, error_body(exc.code, exc.message), headers)
                 return
         await self.app(scope, receive, send)
+
+
+async def _answer_from_key(scope: Scope, receive: Receive, send: Send) -> bool:
+    """Answer from the request's ``Idempotency-Key`` what it already holds, without claiming
+    it (:func:`app.services.idempotency.lookup`); False when there is nothing to answer from:
+    no valid key, no tenant, a body over the limit, a free or expired key, or no database."""
+    key = _idempotency_key(scope)
+    if key is None:
+        return False
+    app = scope["app"]
+    try:
+        tenant = resolve_tenant(Request(scope), _bearer_token(scope))
+    except ServiceError:
+        return False
+    try:
+        body = await _read_body(scope, receive, app.state.settings.MAX_BODY_BYTES)
+    except (_BodyTooLargeError, _BadContentLengthError):
+        return False
+    if body is None:
+        return False
+    ttl_s: int = app.state.settings.IDEMPOTENCY_TTL_S
+    try:
+        stored = await idempotency.lookup(
+            app.state.database,
+            tenant=tenant,
+            key=key,
+            ttl=timedelta(seconds=ttl_s) if ttl_s > 0 else None,
+        )
+    except Exception:  # the 429 is still a safe answer
+        logger.warning("could not read Idempotency-Key %r of a refused request", key, exc_info=True)
+        return False
+    if stored is None:
+        return False
+    await _answer_stored(
+        send, stored, idempotency.request_hash(scope["method"], scope["path"], body)
+    )
+    return True
+
+
+class _BodyTooLargeError(Exception):
+    pass
+
+
+class _BadContentLengthError(Exception):
+    pass
+
+
+async def _read_body(scope: Scope, receive: Receive, max_bytes: int) -> bytes | None:
+    """The whole body, or None when the client went away.
+
+    Over ``max_bytes``, by ``Content-Length`` up front or by the bytes streamed (chunked uploads,
+    lying headers): :class:`_BodyTooLargeError`. An unreadable ``Content-Length``:
+    :class:`_BadContentLengthError`."""
+    declared = dict(scope["headers"]).get(b"content-length")
+    if declared is not None:
+        try:
+            too_big = int(declared) > max_bytes
+        except ValueError:
+            raise _BadContentLengthError from None
+        if too_big:
+            raise _BodyTooLargeError
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_bytes:
+            raise _BodyTooLargeError
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 class BodyLimitMiddleware:
@@ -165,32 +243,16 @@ class BodyLimitMiddleware:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
-        declared = headers.get(b"content-length")
-        if declared is not None:
-            try:
-                too_big = int(declared) > self.max_bytes
-            except ValueError:
-                await _send_json(send, 400, error_body("bad_request", "invalid Content-Length"))
-                return
-            if too_big:
-                await self._too_large(send)
-                return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._too_large(send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        try:
+            body = await _read_body(scope, receive, self.max_bytes)
+        except _BadContentLengthError:
+            await _send_json(send, 400, error_body("bad_request", "invalid Content-Length"))
+            return
+        except _BodyTooLargeError:
+            await self._too_large(send)
+            return
+        if body is None:
+            return
         scope.setdefault("state", {})["raw_body"] = body
         await self.app(scope, _replay(body), send)
 
@@ -228,8 +290,8 @@ class IdempotencyMiddleware:
         if key_raw is None or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        key = key_raw.decode("latin-1").strip()
-        if not key or len(key) > MAX_IDEMPOTENCY_KEY_LEN:
+        key = _idempotency_key(scope)
+        if key is None:
             await _send_json(
                 send,
                 422,
@@ -266,52 +328,9 @@ class IdempotencyMiddleware:
             ttl=timedelta(seconds=ttl_s) if ttl_s > 0 else None,
         )
         if stored is not None:
-            await self._answer_stored(send, stored, digest)
+            await _answer_stored(send, stored, digest)
             return
         await self._run_and_store(scope, receive, send, database, tenant, key)
-
-    async def _answer_stored(self, send: Send, stored: StoredResponse, digest: str) -> None:
-        if stored.request_hash != digest:
-            await _send_json(
-                send,
-                409,
-                error_body(
-                    "idempotency_key_reused",
-                    "this Idempotency-Key was used with a different request",
-                    [
-                        {
-                            "field": "header.Idempotency-Key",
-                            "message": "reused with another body",
-                            "type": "conflict",
-                        }
-                    ],
-                ),
-            )
-            return
-        if stored.in_progress:
-            await _send_json(
-                send,
-                409,
-                error_body(
-                    "idempotency_key_in_progress",
-                    "a request with this Idempotency-Key is still running; retry shortly",
-                ),
-                headers=[(b"retry-after", b"1")],
-            )
-            return
-        body = stored.body
-        await send(
-            {
-                "type": "http.response.start",
-                "status": stored.status_code,
-                "headers": [
-                    (b"content-type", stored.content_type.encode()),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"idempotent-replayed", b"true"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
 
     async def _run_and_store(
         self,
@@ -358,6 +377,61 @@ class IdempotencyMiddleware:
             logger.exception("could not record the response for idempotency key %r", key)
         for message in held:
             await send(message)
+
+
+async def _answer_stored(send: Send, stored: StoredResponse, digest: str) -> None:
+    """What a key that holds ``stored`` answers a request of hash ``digest``: 409 when the
+    key was used with another request or its first request still runs, else the replay."""
+    if stored.request_hash != digest:
+        await _send_json(
+            send,
+            409,
+            error_body(
+                "idempotency_key_reused",
+                "this Idempotency-Key was used with a different request",
+                [
+                    {
+                        "field": "header.Idempotency-Key",
+                        "message": "reused with another body",
+                        "type": "conflict",
+                    }
+                ],
+            ),
+        )
+        return
+    if stored.in_progress:
+        await _send_json(
+            send,
+            409,
+            error_body(
+                "idempotency_key_in_progress",
+                "a request with this Idempotency-Key is still running; retry shortly",
+            ),
+            headers=[(b"retry-after", b"1")],
+        )
+        return
+    body = stored.body
+    await send(
+        {
+            "type": "http.response.start",
+            "status": stored.status_code,
+            "headers": [
+                (b"content-type", stored.content_type.encode()),
+                (b"content-length", str(len(body)).encode()),
+                (b"idempotent-replayed", b"true"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _idempotency_key(scope: Scope) -> str | None:
+    """The request's ``Idempotency-Key``, or None when it has none or an invalid one."""
+    raw = dict(scope["headers"]).get(IDEMPOTENCY_HEADER.encode())
+    if raw is None:
+        return None
+    key = raw.decode("latin-1").strip()
+    return key if key and len(key) <= MAX_IDEMPOTENCY_KEY_LEN else None
 
 
 def _bearer_token(scope: Scope) -> str | None:

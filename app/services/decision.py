@@ -200,6 +200,15 @@ def check_decision(state: ClusterState, decision: Decision) -> list[str]:
 Admission = Literal["limit", "deadline"]
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why :class:`DecisionGate` would refuse a decision: ``reason`` (``limit``, ``deadline``),
+    the label of ``kairos_admission_refused_total``, and the message for the caller."""
+
+    reason: str
+    message: str
+
+
 class DecisionGate:
     """Admission to the decisions of one process (ADRs 0075, 0077).
 
@@ -249,30 +258,38 @@ class DecisionGate:
     def _ceiling(self) -> float:
         return float(self.limit) if self.limit else self.CEILING
 
-    def _refuse(self, reason: str, message: str) -> TooManyRequestsError:
-        self.refused[reason] += 1
+    def refusal(self) -> Refusal | None:
+        """Why a decision arriving now would be refused, or None; counts nothing."""
+        if self.limit and self.in_flight >= self.limit:
+            return Refusal(
+                "limit",
+                f"this replica is already working on {self.in_flight} decisions, its limit "
+                "(KAIROS_MAX_DECISIONS_IN_FLIGHT)",
+            )
+        if self.by_deadline and self.in_flight >= int(self.adaptive_limit):
+            return Refusal(
+                "deadline",
+                f"this replica is already working on {self.in_flight} decisions, its adaptive "
+                "limit, which shrinks while decisions miss their deadline "
+                "(KAIROS_ADMISSION=deadline)",
+            )
+        return None
+
+    def refuse(self, refusal: Refusal) -> TooManyRequestsError:
+        """Count ``refusal`` and give the error that answers it (429 ``overloaded``)."""
+        self.refused[refusal.reason] += 1
         return TooManyRequestsError(
-            f"{message}; retry after Retry-After seconds",
+            f"{refusal.message}; retry after Retry-After seconds",
             code="overloaded",
             headers={"Retry-After": str(self.RETRY_AFTER_S)},
         )
 
     def check(self) -> None:
         """Raise :class:`TooManyRequestsError` if a decision arriving now would be refused
-        (counted as refused). ``AdmissionMiddleware`` asks before a body is read."""
-        if self.limit and self.in_flight >= self.limit:
-            raise self._refuse(
-                "limit",
-                f"this replica is already working on {self.in_flight} decisions, its limit "
-                "(KAIROS_MAX_DECISIONS_IN_FLIGHT)",
-            )
-        if self.by_deadline and self.in_flight >= int(self.adaptive_limit):
-            raise self._refuse(
-                "deadline",
-                f"this replica is already working on {self.in_flight} decisions, its adaptive "
-                "limit, which shrinks while decisions miss their deadline "
-                "(KAIROS_ADMISSION=deadline)",
-            )
+        (counted as refused)."""
+        refusal = self.refusal()
+        if refusal is not None:
+            raise self.refuse(refusal)
 
     @contextlib.contextmanager
     def admit(self, deadline_s: float | None = None) -> Iterator[None]:

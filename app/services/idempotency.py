@@ -118,6 +118,20 @@ async def claim(
         return _stored(existing)
 
 
+async def lookup(
+    database: Database, *, tenant: str, key: str, ttl: timedelta | None = None
+) -> StoredResponse | None:
+    """What (tenant, key) holds now, without claiming it: None when the key is free or its
+    response has expired. For a replica that must not start work (a full decision gate, ADR
+    0077) but can still answer from the key."""
+    cutoff = None if ttl is None else utc_now() - ttl
+    async with database.transaction(write=False) as session:
+        record = await IdempotencyRepository(session).get_unexpired(
+            tenant, key, expired_before=cutoff
+        )
+        return None if record is None else _stored(record)
+
+
 async def purge_expired(
     database: Database, *, ttl: timedelta, now: datetime | None = None, batch: int = PURGE_BATCH
 ) -> int:

@@ -35,6 +35,21 @@ class IdempotencyRepository:
             stmt = stmt.execution_options(populate_existing=True)
         return (await self.session.execute(stmt)).scalar_one_or_none()
 
+    async def get_unexpired(
+        self, tenant: str, key: str, *, expired_before: datetime | None
+    ) -> IdempotencyKeyRecord | None:
+        """The row of (tenant, key), unless it is a finished response created before
+        ``expired_before`` (one a new request would take over)."""
+        stmt = select(IdempotencyKeyRecord).where(
+            IdempotencyKeyRecord.tenant == tenant, IdempotencyKeyRecord.key == key
+        )
+        if expired_before is not None:
+            stmt = stmt.where(
+                (IdempotencyKeyRecord.status_code == IN_PROGRESS)
+                | (IdempotencyKeyRecord.created_at >= expired_before)
+            )
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
     async def add(self, record: IdempotencyKeyRecord) -> bool:
         """Insert ``record``; False when the (tenant, key) row already exists."""
         try:

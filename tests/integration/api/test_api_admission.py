@@ -1,22 +1,27 @@
 """Admission (ADR 0075): past ``KAIROS_MAX_DECISIONS_IN_FLIGHT`` decisions at once, a replica
 refuses the next one with 429 ``overloaded`` and ``Retry-After``; nothing is decided, stored or
-applied, and the retry (same ``X-Request-ID`` or ``Idempotency-Key``) runs as new."""
+applied, and the retry (same ``X-Request-ID`` or ``Idempotency-Key``) runs as new. A request
+whose ``Idempotency-Key`` already holds an answer gets that answer instead (ADR 0077)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
-from app.db.orm import DecisionRecord
+from app.db.orm import DecisionRecord, IdempotencyKeyRecord
 from app.db.session import Database
+from app.domain.clock import utc_now
 from app.main import create_app
 from app.schemas.decision import DECIDE_EXAMPLE
+from app.services import idempotency
 from app.services.decision import DecisionGate
 from app.settings import Settings
 from tests.factories import job_spec, make_cluster
@@ -123,6 +128,82 @@ async def test_a_refused_round_applies_nothing_and_keeps_its_idempotency_key(
     again = await client.post(f"/v1/clusters/{cid}/schedule", json={}, headers=key)
     assert again.status_code == 200
     assert again.json()["id"] == first.json()["id"]
+
+
+async def test_a_full_replica_answers_from_a_key_that_holds_an_answer(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """A retry whose answer is stored (its first response was lost, say) is replayed while
+    the replica is full, with no decision and no refusal counted; the same key with another
+    body is the usual 409; a free key is refused and stays free."""
+    key = f"k-{uuid.uuid4().hex}"
+    rid = f"req-{uuid.uuid4().hex}"
+    headers = {"Idempotency-Key": key, "X-Request-ID": rid}
+    first = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers=headers)
+    assert first.status_code == 200, first.text
+    with _busy(app) as gate:
+        again = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers=headers)
+        assert again.status_code == 200, again.text
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.json() == first.json()
+        assert gate.refused == {"limit": 0, "deadline": 0}
+        other = {**DECIDE_EXAMPLE, "now": DECIDE_EXAMPLE["now"] + 1}
+        reused = await client.post("/v1/decide", json=other, headers=headers)
+        assert reused.status_code == 409
+        assert reused.json()["error"]["code"] == "idempotency_key_reused"
+        free = {"Idempotency-Key": f"k-{uuid.uuid4().hex}"}
+        _refused(await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers=free))
+        assert gate.refused == {"limit": 1, "deadline": 0}
+        metrics = (await client.get("/metrics")).text
+        assert 'route="/v1/decide",status="409"' in metrics
+    assert await _stored(app, rid) == 1
+    # the refused key was not claimed: its request runs now
+    r = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers=free)
+    assert r.status_code == 200, r.text
+    assert "idempotent-replayed" not in r.headers
+
+
+async def test_a_full_replica_refuses_an_expired_key_and_holds_off_a_running_one(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    database: Database = app.state.database
+    expired = f"k-{uuid.uuid4().hex}"
+    assert (
+        await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"Idempotency-Key": expired})
+    ).status_code == 200
+    ttl = timedelta(seconds=app.state.settings.IDEMPOTENCY_TTL_S)
+    async with database.transaction(write=True) as session:
+        await session.execute(
+            update(IdempotencyKeyRecord)
+            .where(IdempotencyKeyRecord.key == expired)
+            .values(created_at=utc_now() - ttl - timedelta(minutes=1))
+        )
+    running = f"k-{uuid.uuid4().hex}"
+    raw = json.dumps(DECIDE_EXAMPLE).encode()
+    claimed = await idempotency.claim(
+        database,
+        tenant="default",
+        key=running,
+        method="POST",
+        path="/v1/decide",
+        digest=idempotency.request_hash("POST", "/v1/decide", raw),
+    )
+    assert claimed is None  # in progress, as if its first request were still deciding
+    with _busy(app):
+        # an expired answer is not replayed (a new request would take the key over)
+        _refused(
+            await client.post(
+                "/v1/decide", json=DECIDE_EXAMPLE, headers={"Idempotency-Key": expired}
+            )
+        )
+        r = await client.post(
+            "/v1/decide",
+            content=raw,
+            headers={"Idempotency-Key": running, "content-type": "application/json"},
+        )
+        assert r.status_code == 409
+        assert r.json()["error"]["code"] == "idempotency_key_in_progress"
+        assert r.headers["Retry-After"] == "1"
 
 
 async def test_every_decision_leaves_the_gate_whatever_its_end(

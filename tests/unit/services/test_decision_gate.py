@@ -135,3 +135,19 @@ def test_a_failed_decision_still_leaves_the_gate_and_counts() -> None:
         failing()
     assert gate.in_flight == 0
     assert gate.adaptive_limit == pytest.approx(DecisionGate.INITIAL * DecisionGate.BACKOFF)
+
+
+def test_asking_whether_it_would_refuse_counts_nothing() -> None:
+    """``refusal`` only says why (the admission middleware may still answer from an
+    ``Idempotency-Key``); ``refuse`` counts it and gives the 429."""
+    gate = DecisionGate(1)
+    assert gate.refusal() is None
+    with gate.admit():
+        refusal = gate.refusal()
+        assert refusal is not None
+        assert refusal.reason == "limit"
+        assert gate.refused == {"limit": 0, "deadline": 0}
+        error = gate.refuse(refusal)
+        assert error.status_code == 429
+        assert error.code == "overloaded"
+        assert gate.refused == {"limit": 1, "deadline": 0}
