@@ -18,6 +18,7 @@ from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.middleware import (
     AdmissionMiddleware,
+    AnsweredKeys,
     BodyLimitMiddleware,
     IdempotencyMiddleware,
     MetricsMiddleware,
@@ -127,8 +128,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api_router)
     app.include_router(ui_router)
     install_docs(app)
-    app.add_middleware(IdempotencyMiddleware)
+    answered = AnsweredKeys()  # shared: admission answers retries of what idempotency stored
+    app.add_middleware(IdempotencyMiddleware, answered=answered)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.MAX_BODY_BYTES)
-    app.add_middleware(AdmissionMiddleware)
+    app.add_middleware(AdmissionMiddleware, answered=answered)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

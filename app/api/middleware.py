@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import time
+from collections import OrderedDict
 from datetime import timedelta
 from typing import Any
 
@@ -118,6 +119,33 @@ _DECIDES = re.compile(r"/v1/(?:(decide)|clusters/[^/]+/(schedule))/?")
 _DECIDE_ROUTES = {"decide": "/v1/decide", "schedule": "/v1/clusters/{cluster_id}/schedule"}
 
 
+class AnsweredKeys:
+    """The ``Idempotency-Key`` values of decision requests whose answers this process stored
+    lately (bounded; the oldest go first).
+
+    A full replica reads a refused request's key from the database only when the key is here: a
+    retry of an answer this replica gave (a caller's retry usually comes back to the same
+    replica). Every other refusal stays free of body reads and database work, which matters
+    under overload: the SDK sends a key with every call.
+    """
+
+    def __init__(self, capacity: int = 16_384) -> None:
+        self.capacity = capacity
+        self._keys: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, key: str) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        if len(self._keys) > self.capacity:
+            self._keys.popitem(last=False)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
 class AdmissionMiddleware:
     """429 ``overloaded`` for a decision request (``POST /v1/decide``,
     ``/v1/clusters/{id}/schedule``) before its body is parsed, when the decision gate would
@@ -126,14 +154,16 @@ class AdmissionMiddleware:
     Under overload most requests are refused; refused here, one costs no JSON parsing or
     validation, which would otherwise take the CPU the admitted decisions need. The gate checks
     again when the decision enters it. A refused request claims no ``Idempotency-Key`` (this
-    runs before that middleware), so its retry runs as new. A request whose key already holds
-    an answer is answered from the key instead, as the idempotency middleware would (a replay,
-    or its 409s): that costs one read and no decision, and a caller retrying a decision whose
-    answer it lost gets it even while the replica is full.
+    runs before that middleware), so its retry runs as new. A request whose key holds an answer
+    this replica gave (:class:`AnsweredKeys`) is answered from the key instead, as the
+    idempotency middleware would (a replay, or its 409s): that costs the body, one read and no
+    decision, and a caller retrying a decision whose answer it lost gets it even while the
+    replica is full.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, answered: AnsweredKeys | None = None) -> None:
         self.app = app
+        self.answered = answered if answered is not None else AnsweredKeys()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         decides = (
@@ -148,7 +178,7 @@ class AdmissionMiddleware:
             if refusal is not None:
                 route = _DECIDE_ROUTES[decides.group(1) or decides.group(2)]
                 scope.setdefault("state", {})["early_route"] = route
-                if await _answer_from_key(scope, receive, send):
+                if await _answer_from_key(scope, receive, send, self.answered):
                     return
                 exc = gate.refuse(refusal)
                 headers = [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
@@ -157,12 +187,15 @@ class AdmissionMiddleware:
         await self.app(scope, receive, send)
 
 
-async def _answer_from_key(scope: Scope, receive: Receive, send: Send) -> bool:
+async def _answer_from_key(
+    scope: Scope, receive: Receive, send: Send, answered: AnsweredKeys
+) -> bool:
     """Answer from the request's ``Idempotency-Key`` what it already holds, without claiming
     it (:func:`app.services.idempotency.lookup`); False when there is nothing to answer from:
-    no valid key, no tenant, a body over the limit, a free or expired key, or no database."""
+    no valid key, or one this replica did not answer lately, no tenant, a body over the limit,
+    an expired key, or no database."""
     key = _idempotency_key(scope)
-    if key is None:
+    if key is None or key not in answered:
         return False
     app = scope["app"]
     try:
@@ -279,8 +312,10 @@ class IdempotencyMiddleware:
     docs/adr/0021-idempotency-keys.md.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, answered: AnsweredKeys | None = None) -> None:
         self.app = app
+        #: the keys of decision requests whose answers were stored (read by admission)
+        self.answered = answered if answered is not None else AnsweredKeys()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -371,6 +406,8 @@ class IdempotencyMiddleware:
                     content_type=content_type,
                     body=body,
                 )
+                if _DECIDES.fullmatch(scope["path"]):
+                    self.answered.add(key)
             else:
                 await idempotency.release(database, tenant=tenant, key=key)
         except Exception:  # the request's own work committed; answer it regardless

@@ -10,12 +10,14 @@ import json
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, select, update
 
+from app.api.middleware import AnsweredKeys
 from app.db.orm import DecisionRecord, IdempotencyKeyRecord
 from app.db.session import Database
 from app.domain.clock import utc_now
@@ -163,10 +165,21 @@ async def test_a_full_replica_answers_from_a_key_that_holds_an_answer(
     assert "idempotent-replayed" not in r.headers
 
 
-async def test_a_full_replica_refuses_an_expired_key_and_holds_off_a_running_one(
-    app: FastAPI, client: httpx.AsyncClient
+async def test_a_full_replica_reads_only_keys_it_answered_and_never_expired_ones(
+    app: FastAPI, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The database is read only for a key whose answer this replica stored (other refusals
+    stay free of reads: the SDK sends a key with every call), and an expired answer is not
+    replayed (a new request would take the key over)."""
     database: Database = app.state.database
+    reads: list[str] = []
+    lookup = idempotency.lookup
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(kwargs["key"])
+        return await lookup(*args, **kwargs)
+
+    monkeypatch.setattr(idempotency, "lookup", counted)
     expired = f"k-{uuid.uuid4().hex}"
     assert (
         await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"Idempotency-Key": expired})
@@ -178,32 +191,33 @@ async def test_a_full_replica_refuses_an_expired_key_and_holds_off_a_running_one
             .where(IdempotencyKeyRecord.key == expired)
             .values(created_at=utc_now() - ttl - timedelta(minutes=1))
         )
-    running = f"k-{uuid.uuid4().hex}"
+    # a key in progress elsewhere (another replica still deciding its first request)
+    elsewhere = f"k-{uuid.uuid4().hex}"
     raw = json.dumps(DECIDE_EXAMPLE).encode()
     claimed = await idempotency.claim(
         database,
         tenant="default",
-        key=running,
+        key=elsewhere,
         method="POST",
         path="/v1/decide",
         digest=idempotency.request_hash("POST", "/v1/decide", raw),
     )
-    assert claimed is None  # in progress, as if its first request were still deciding
-    with _busy(app):
-        # an expired answer is not replayed (a new request would take the key over)
+    assert claimed is None
+    with _busy(app) as gate:
         _refused(
             await client.post(
                 "/v1/decide", json=DECIDE_EXAMPLE, headers={"Idempotency-Key": expired}
             )
         )
-        r = await client.post(
-            "/v1/decide",
-            content=raw,
-            headers={"Idempotency-Key": running, "content-type": "application/json"},
+        _refused(
+            await client.post(
+                "/v1/decide",
+                content=raw,
+                headers={"Idempotency-Key": elsewhere, "content-type": "application/json"},
+            )
         )
-        assert r.status_code == 409
-        assert r.json()["error"]["code"] == "idempotency_key_in_progress"
-        assert r.headers["Retry-After"] == "1"
+        assert gate.refused == {"limit": 2, "deadline": 0}
+    assert reads == [expired]
 
 
 async def test_every_decision_leaves_the_gate_whatever_its_end(
@@ -286,3 +300,15 @@ def test_no_limit_admits_any_number() -> None:
             stack.enter_context(gate.admit())
         assert gate.in_flight == 10_000
     assert gate.in_flight == 0
+
+
+def test_answered_keys_keep_the_newest() -> None:
+    keys = AnsweredKeys(capacity=2)
+    keys.add("a")
+    keys.add("b")
+    keys.add("a")  # seen again: newest now
+    keys.add("c")
+    assert "a" in keys
+    assert "c" in keys
+    assert "b" not in keys
+    assert len(keys) == 2
