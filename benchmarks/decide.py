@@ -10,13 +10,13 @@ heuristic path). Every server is a ``kairos serve`` subprocess on its own SQLite
 embedded default); Redis runs are against ``KAIROS_BENCH_REDIS_URL`` (default
 ``redis://127.0.0.1:6379/0``) under a fresh key prefix. Prints requests/s, the answers per second
 the requested policy gave itself (``model/s``: fallbacks excluded, since under overload the cheap
-deadline fallbacks inflate req/s), p50/p99 latency, the share of decisions taken by the fallback, the ratio to the ceiling at the same concurrency, and
-the server CPU per answered request (every server process together, ms) and the CPU cores each
-server process used during the cell (API first, then workers; from ``/proc``), which shows which
-process is the bottleneck. CPU per request follows the host's speed (it rose 1.4 x between two
-runs on the shared dev host) but not how the cores are shared out; its ratio to the ceiling's,
-printed at the end, is the throughput ratio a one-process configuration would reach with a core
-of its own.
+deadline fallbacks inflate req/s), p50/p99 latency, the share of decisions taken by the
+fallback, the ratio to the ceiling at the same concurrency, the server CPU per answered request
+(every server process together, ms) and the CPU cores each server process used during the cell
+(API first, then workers; from ``/proc``), which shows which process is the bottleneck. CPU per
+request follows the host's speed (it moved 1.2-1.4 x between runs on the shared dev host) but
+not how the cores are shared out; its ratio to the ceiling's, printed at the end, is the
+throughput ratio a one-process configuration would reach with a core of its own.
 
 ``--rates`` adds open-loop cells: requests arrive at a fixed mean rate (Poisson, seeded) whatever
 the answers' latency, as an orchestrator's scheduling cycles would. Below saturation these show
