@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,9 +54,14 @@ class LoopHandover(Generic[R]):
     :meth:`put` may be called from any thread; ``on_loop`` runs on ``loop`` with every
     ``(index, result)`` put since its previous run. Results put while the loop has not yet run
     the previous hand-over go with it, so a busy loop is woken once per burst, not per result.
+
+    :meth:`run_in` runs the function that puts them in an executor and hands its return value
+    over the same way: after the results it put, and in the same wake-up as the last of them
+    when the loop has not run yet (``run_in_executor`` would wake the loop once more for the
+    return value alone: a batch of one answered early cost two wake-ups).
     """
 
-    __slots__ = ("_lock", "_loop", "_on_loop", "_ready", "_scheduled")
+    __slots__ = ("_done", "_lock", "_loop", "_on_loop", "_ready", "_returned", "_scheduled")
 
     def __init__(
         self,
@@ -66,6 +73,8 @@ class LoopHandover(Generic[R]):
         self._lock = threading.Lock()
         self._ready: list[tuple[int, R]] = []
         self._scheduled = False
+        self._done: asyncio.Future[object] | None = None
+        self._returned: tuple[object, BaseException | None] | None = None
 
     def put(self, index: int, result: R) -> None:
         with self._lock:
@@ -78,8 +87,47 @@ class LoopHandover(Generic[R]):
     def _hand_over(self) -> None:
         with self._lock:
             ready, self._ready = self._ready, []
+            returned, self._returned = self._returned, None
             self._scheduled = False
-        self._on_loop(ready)
+        if ready:
+            self._on_loop(ready)
+        done = self._done
+        if returned is not None and done is not None and not done.done():
+            value, error = returned
+            if error is None:
+                done.set_result(value)
+            else:
+                done.set_exception(error)
+
+    async def run_in(self, executor: Executor, fn: Callable[[], T]) -> T:
+        """``fn()`` in ``executor`` (in a copy of the caller's context, like
+        ``asyncio.to_thread``); its results put meanwhile reach ``on_loop`` first."""
+        done: asyncio.Future[object] = self._loop.create_future()
+        self._done = done
+        context = contextvars.copy_context()
+
+        def returned(value: object, error: BaseException | None) -> None:
+            with self._lock:
+                self._returned = (value, error)
+                if self._scheduled:
+                    return
+                self._scheduled = True
+            self._loop.call_soon_threadsafe(self._hand_over)
+
+        def call() -> None:
+            try:
+                value = context.run(fn)
+            except BaseException as exc:  # handed to the awaiting coroutine, as an executor would
+                returned(None, exc)
+            else:
+                returned(value, None)
+
+        work = executor.submit(call)
+        # a work item cancelled before it ran (executor shut down) never reports: cancel the wait
+        work.add_done_callback(
+            lambda f: self._loop.call_soon_threadsafe(done.cancel) if f.cancelled() else None
+        )
+        return cast(T, await done)
 
 
 class BatchControl(Generic[R]):
@@ -215,7 +263,11 @@ class MicroBatcher(Generic[T, R]):
         control: BatchControl[R] = BatchControl(loop, [p.future for p in live])
         started = time.perf_counter()
         try:
-            results = await loop.run_in_executor(self._executor, self._handler, items, control)
+            handler = functools.partial(self._handler, items, control)
+            if self._executor is None:
+                results = await loop.run_in_executor(None, handler)
+            else:  # the return value comes back with the last early answer: one wake-up
+                results = await control._handover.run_in(self._executor, handler)
             if len(results) != len(items):
                 raise RuntimeError(
                     f"batch handler returned {len(results)} results for {len(items)} items"

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -373,6 +375,8 @@ class RedisWorker:
         self._last_claim = 0.0
         #: workers with a fresh heartbeat (this one included), counted at every beat
         self.live_workers = 1
+        #: the thread batches are decided in (one batch at a time), while :meth:`run` runs
+        self._executor: ThreadPoolExecutor | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -407,6 +411,7 @@ class RedisWorker:
     async def run(self) -> None:
         """Until :meth:`stop`; survives outages (reconnects with backoff, recreates the group)."""
         self._redis = _client(self.url)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kairos-worker")
         backoff = 0.1
         beat = asyncio.create_task(self._heartbeat(), name="worker-heartbeat")
         try:
@@ -438,6 +443,8 @@ class RedisWorker:
             with contextlib.suppress(*UNAVAILABLE):
                 await self._redis.zrem(self.keys.heartbeats, self.consumer)
             await self._redis.aclose()
+            self._executor.shutdown(wait=False)
+            self._executor = None
 
     async def _loop(self) -> None:
         while not self._stop.is_set():
@@ -551,8 +558,11 @@ class RedisWorker:
                 return not self._abandoned(requests[i], self.clock())
 
             try:
-                outcomes = await asyncio.to_thread(
-                    self.decide_batch, requests, wanted, handover.put
+                assert self._executor is not None  # set by run()
+                # the outcomes come back with the last early reply: one loop wake-up
+                outcomes = await handover.run_in(
+                    self._executor,
+                    functools.partial(self.decide_batch, requests, wanted, handover.put),
                 )
             except Exception as exc:  # decide_many isolates requests; this is a last guard
                 logger.exception("worker %s: batch failed", self.consumer)

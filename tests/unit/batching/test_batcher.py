@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
-from app.batching.batcher import BatchControl, BatcherClosedError, MicroBatcher
+from app.batching.batcher import BatchControl, BatcherClosedError, LoopHandover, MicroBatcher
 
 
 class Recorder:
@@ -109,9 +112,13 @@ async def test_adaptive_wait_spares_a_lone_caller_and_waits_under_load() -> None
     assert recorder.batches[3] == [6, 7]  # the batch waited for the late-comer
 
 
-async def test_a_handler_answers_each_item_as_it_goes_and_sees_who_gave_up() -> None:
+@pytest.mark.parametrize("own_executor", [False, True], ids=["default", "own-executor"])
+async def test_a_handler_answers_each_item_as_it_goes_and_sees_who_gave_up(
+    own_executor: bool,
+) -> None:
     """ADR 0071: ``deliver`` answers an item before its batch ends; ``wanted`` turns false for
-    a caller that stopped waiting."""
+    a caller that stopped waiting. With an executor of its own the batcher gets the handler's
+    return value through the same hand-over as the early answers."""
     release_last = threading.Event()
     first_delivered = threading.Event()
     seen_wanted: list[bool] = []
@@ -123,7 +130,10 @@ async def test_a_handler_answers_each_item_as_it_goes_and_sees_who_gave_up() -> 
         seen_wanted.extend(control.wanted(i) for i in range(len(items)))
         return [-1, items[1] * 10, items[2] * 10]  # item 0's entry is ignored: delivered
 
-    batcher: MicroBatcher[int, int] = MicroBatcher(handler, max_batch=3, max_wait_ms=200)
+    executor = ThreadPoolExecutor(1) if own_executor else None
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        handler, max_batch=3, max_wait_ms=200, executor=executor
+    )
     batcher.start()
     try:
         first = asyncio.ensure_future(batcher.submit(1))
@@ -138,5 +148,71 @@ async def test_a_handler_answers_each_item_as_it_goes_and_sees_who_gave_up() -> 
     finally:
         release_last.set()
         await batcher.stop()
+        if executor is not None:
+            executor.shutdown()
     assert first_delivered.is_set()
     assert seen_wanted == [False, False, True]  # answered, gave up, still waiting
+
+
+async def test_the_return_value_comes_back_with_the_last_early_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``LoopHandover.run_in``: results put by the function reach ``on_loop`` before its return
+    value reaches the caller, and when both are ready before the loop runs they cost one
+    wake-up, not one for the results and one for the return value."""
+    loop = asyncio.get_running_loop()
+    wakeups: list[object] = []
+    real = loop.call_soon_threadsafe
+
+    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        wakeups.append(callback)
+        return real(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    seen: list[tuple[int, str]] = []
+    order: list[str] = []
+
+    def on_loop(ready: list[tuple[int, str]]) -> None:
+        order.append("results")
+        seen.extend(ready)
+
+    handover: LoopHandover[str] = LoopHandover(loop, on_loop)
+
+    def work() -> str:
+        handover.put(0, "a")
+        handover.put(1, "b")
+        return "done"
+
+    with ThreadPoolExecutor(1) as executor:
+        task = asyncio.ensure_future(handover.run_in(executor, work))
+        await asyncio.sleep(0)  # the task submits ``work``
+        # block the loop until ``work`` has returned (the executor runs items in order)
+        executor.submit(lambda: None).result(5)
+        assert await task == "done"
+        order.append("returned")
+    assert seen == [(0, "a"), (1, "b")]
+    assert order == ["results", "returned"]
+    assert len(wakeups) == 1
+
+
+async def test_a_handover_run_passes_errors_context_and_cancellation() -> None:
+    loop = asyncio.get_running_loop()
+    handover: LoopHandover[int] = LoopHandover(loop, lambda ready: None)
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    var.set("caller's")
+
+    def boom() -> int:
+        raise ValueError(var.get())
+
+    with ThreadPoolExecutor(1) as executor:
+        with pytest.raises(ValueError, match="caller's"):
+            await handover.run_in(executor, boom)
+        # a work item cancelled before it runs (its executor shut down) ends the wait
+        release = threading.Event()
+        executor.submit(release.wait, 5)  # the only thread is busy
+        waiting = asyncio.ensure_future(handover.run_in(executor, lambda: 1))
+        await asyncio.sleep(0)
+        executor.shutdown(wait=False, cancel_futures=True)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(waiting, 5)
