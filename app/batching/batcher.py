@@ -288,7 +288,10 @@ class MicroBatcher(Generic[T, R]):
     async def _run(self) -> None:
         assert self._queue is not None
         queue = self._queue
-        while True:
+        # the flag, not only the cancellation, ends the loop: on Python 3.11 a cancel that lands
+        # as ``wait_for(queue.get())`` gets its item is lost (the item is returned instead), and
+        # stop() would then wait for this task forever
+        while not self._closed:
             batch = await self._collect(queue)
             live = [p for p in batch if not p.future.cancelled()]
             if live:

@@ -220,9 +220,16 @@ class RedisQueue:
         self.available = available
 
     async def _watch(self) -> None:
+        task = asyncio.current_task()
         while True:
             await asyncio.sleep(self.ping_interval_s)
             await self._ping()
+            # a cancel (close()) that lands while a command fails can surface as that failure,
+            # which _ping absorbs: redis-py turns a cancelled read into a dropped connection,
+            # and wait_for returns the inner outcome when both race. Honour it here, or close()
+            # would wait for this loop forever.
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
 
     async def submit(self, request: DecisionRequest, wait_s: float) -> Reply | None:
         """The worker's reply, or ``None`` if none came within ``wait_s``.

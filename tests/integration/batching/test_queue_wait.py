@@ -113,3 +113,36 @@ async def test_a_reply_within_the_wait_is_returned(redis_server: RedisServer) ->
     finally:
         await client.aclose()
         await queue.close()
+
+
+class _CancelledAsAPingEnds(RedisQueue):
+    """A queue whose close() lands exactly as a ping completes: Python 3.11's ``wait_for``
+    then returns the ping's result and the cancellation is lost."""
+
+    arm = False
+
+    async def _ping_once(self, redis: aioredis.Redis) -> None:
+        await super()._ping_once(redis)
+        if self.arm and self._monitor is not None:
+            self.arm = False
+            self._monitor.cancel()  # what close() does, at the worst moment
+
+
+async def test_a_cancel_that_lands_as_a_ping_ends_still_stops_the_monitor(
+    redis_server: RedisServer,
+) -> None:
+    """Otherwise close() waits for the monitor forever: seen as a hung test run, once in
+    ~30 runs of the clock-skew tests, whose queues ping every 50 ms."""
+    queue = _CancelledAsAPingEnds(
+        redis_server.url, StreamKeys(f"cancel-{uuid.uuid4().hex[:8]}"), ping_interval_s=0.01
+    )
+    await queue.start()
+    try:
+        monitor = queue._monitor
+        assert monitor is not None
+        queue.arm = True
+        done, _ = await asyncio.wait({monitor}, timeout=5)
+        assert done, "the monitor went on pinging after it was cancelled"
+        assert monitor.cancelled()
+    finally:
+        await asyncio.wait_for(queue.close(), 5)

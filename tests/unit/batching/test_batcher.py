@@ -216,3 +216,32 @@ async def test_a_handover_run_passes_errors_context_and_cancellation() -> None:
         release.set()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(waiting, 5)
+
+
+async def test_stop_returns_even_if_a_collector_loses_its_cancellation() -> None:
+    """Python 3.11's ``wait_for`` returns the item instead of raising when a cancel lands as
+    the item arrives: the collector must then stop on the batcher's own flag."""
+    batcher: MicroBatcher[int, int] = MicroBatcher(Recorder(), max_batch=4, max_wait_ms=5)
+    lost = False
+    collect = batcher._collect
+
+    async def losing(queue: Any) -> list[Any]:
+        nonlocal lost
+        if lost:
+            return await collect(queue)
+        try:
+            return await collect(queue)
+        except asyncio.CancelledError:
+            lost = True
+            return []  # the cancellation is gone, as in the race
+
+    batcher._collect = losing  # type: ignore[method-assign]
+    batcher.start()
+    await asyncio.sleep(0.01)  # the collector waits for a first item
+    (collector,) = batcher._tasks
+    batcher._closed = True  # what stop() does, then it cancels and awaits the collectors
+    collector.cancel()
+    done, _ = await asyncio.wait({collector}, timeout=5)
+    assert lost
+    assert done, "the collector went on waiting for items after its cancellation was lost"
+    await batcher.stop()
