@@ -325,7 +325,7 @@ class IdempotencyMiddleware:
         if key_raw is None or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        key = _idempotency_key(scope)
+        key = _valid_key(key_raw)
         if key is None:
             await _send_json(
                 send,
@@ -465,8 +465,11 @@ async def _answer_stored(send: Send, stored: StoredResponse, digest: str) -> Non
 def _idempotency_key(scope: Scope) -> str | None:
     """The request's ``Idempotency-Key``, or None when it has none or an invalid one."""
     raw = dict(scope["headers"]).get(IDEMPOTENCY_HEADER.encode())
-    if raw is None:
-        return None
+    return None if raw is None else _valid_key(raw)
+
+
+def _valid_key(raw: bytes) -> str | None:
+    """An ``Idempotency-Key`` header value as a key: 1-255 characters once stripped."""
     key = raw.decode("latin-1").strip()
     return key if key and len(key) <= MAX_IDEMPOTENCY_KEY_LEN else None
 
