@@ -16,7 +16,9 @@ fallback, the ratio to the ceiling at the same concurrency, the server CPU per a
 (API first, then workers; from ``/proc``), which shows which process is the bottleneck. CPU per
 request follows the host's speed (it moved 1.2-1.4 x between runs on the shared dev host) but
 not how the cores are shared out; its ratio to the ceiling's, printed at the end, is the
-throughput ratio a one-process configuration would reach with a core of its own.
+throughput ratio a one-process configuration would reach with a core of its own. Clients speak
+raw keep-alive HTTP/1.1 and the ``gen ms`` column is their CPU per request: the load generator
+shares the host and must not be what the ceiling measures (ADR 0079).
 
 ``--rates`` adds open-loop cells: requests arrive at a fixed mean rate (Poisson, seeded) whatever
 the answers' latency, as an orchestrator's scheduling cycles would. Below saturation these show
@@ -242,8 +244,12 @@ class Result:
     cores: str = ""
     #: requests answered in the cell (refused ones not counted)
     answered: int = 0
+    #: requests refused with 429 in the cell
+    refused_count: int = 0
     #: server CPU per request, all processes, in ms (set by ``measured``; None without procfs)
     cpu_ms: float | None = None
+    #: the load generator's (this process's) CPU per request sent, in ms (set by ``measured``)
+    client_ms: float | None = None
 
     #: the headings of :meth:`cells`
     HEADS = ("req/s", "model/s", "p50 ms", "p99 ms", "fallback", "refused", "errors")
@@ -279,57 +285,81 @@ class Result:
             errors=errors,
             refused=refused / max(1, len(latencies) + refused),
             answered=len(latencies),
+            refused_count=refused,
         )
 
 
 async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
-    bodies = [snapshot(policy, seed) for seed in range(16)]
+    """``clients`` closed-loop clients for ``seconds``: each sends its next request as soon as
+    the previous one is answered, on a keep-alive connection opened before the clock starts.
+
+    The requests are encoded once, beforehand, and a client reads an answer only as far as
+    its status, its ``Retry-After`` and whether the fallback decided: the load generator shares
+    the host with the server, so it must take as little of the host's CPU as it can (an httpx
+    client spent 1.1-1.8 ms of CPU per request here, three times the ceiling's own 0.35-0.5 ms:
+    the ceiling cells measured the load generator; ADR 0079). ``gen ms`` in the tables is what
+    it spends per request."""
+    host, port = _host_port(url)
+    raws = [_raw_post(host, port, snapshot(policy, seed)) for seed in range(16)]
     latencies: list[float] = []
     fallbacks = 0
     errors = 0
     refused = 0
-    connected = asyncio.Barrier(clients + 1)
-    go = asyncio.Event()
     stop_at = 0.0
 
-    async def client(k: int) -> None:
+    async def client(k: int, conn: _Conn) -> None:
         nonlocal fallbacks, errors, refused
-        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-            # connect before the clock starts: the cell measures steady state, not TCP setup
-            await http.get("/healthz")
-            await connected.wait()
-            await go.wait()
-            i = k
+        i = k
+        try:
             while time.perf_counter() < stop_at:
                 t0 = time.perf_counter()
-                r = await http.post("/v1/decide", json=bodies[i % len(bodies)])
+                try:
+                    answer = await conn.post(raws[i % len(raws)])
+                except (OSError, asyncio.IncompleteReadError):
+                    conn.close()
+                    errors += 1
+                    conn = await _Conn.open(host, port)
+                    continue
                 i += clients
-                if r.status_code == 429:  # shed: back off as the SDK does
+                if answer.status == 429:  # shed: back off as the SDK does
                     refused += 1
-                    await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
+                    await asyncio.sleep(answer.retry_after)
                     continue
                 latencies.append(time.perf_counter() - t0)
-                if r.status_code != 200:
+                if answer.status != 200:
                     errors += 1
-                elif r.json().get("fallback", {}).get("used"):
+                elif answer.fallback_used:
                     fallbacks += 1
+        finally:
+            conn.close()
 
-    async with httpx.AsyncClient(base_url=url, timeout=30) as warm:
-        for _ in range(3):
-            await warm.post("/v1/decide", json=bodies[0])
-    tasks = [asyncio.create_task(client(k)) for k in range(clients)]
-    await connected.wait()  # every client holds an open connection
+    conns = [await _Conn.open(host, port) for _ in range(clients)]
+    for _ in range(3):
+        await conns[0].post(raws[0])
     started = time.perf_counter()
     stop_at = started + seconds
-    go.set()
-    await asyncio.gather(*tasks)
+    await asyncio.gather(*(client(k, conn) for k, conn in enumerate(conns)))
     elapsed = time.perf_counter() - started
     return Result.of(latencies, elapsed, fallbacks, errors, refused)
 
 
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    status: int
+    #: seconds, from the ``Retry-After`` header (1 when absent)
+    retry_after: float
+    body: bytes
+
+    @property
+    def fallback_used(self) -> bool:
+        """Whether the decision came from the fallback (``fallback.used`` of the answer)."""
+        used = json.loads(self.body).get("fallback", {}).get("used")
+        return bool(used)
+
+
 class _Conn:
     """One keep-alive HTTP/1.1 connection speaking just enough to POST and read the answer
-    (httpx's pool is itself the bottleneck with hundreds of concurrent requests)."""
+    (an HTTP client library costs more CPU per request than the ceiling server itself)."""
 
     # uvicorn closes a keep-alive connection idle for 5 s (its timeout_keep_alive); one idle
     # this long is closed here instead of being reused into a reset
@@ -343,20 +373,30 @@ class _Conn:
     async def open(cls, host: str, port: int) -> _Conn:
         return cls(*await asyncio.open_connection(host, port))
 
-    async def post(self, raw: bytes) -> tuple[int, bytes]:
+    async def post(self, raw: bytes) -> _Answer:
         self.writer.write(raw)
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
         length = 0
+        retry_after = 1.0
         for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":", 1)[1])
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"retry-after":
+                retry_after = float(value)
         answer = await self.reader.readexactly(length)
         self.last_used = time.perf_counter()
-        return status, answer
+        return _Answer(status, retry_after, answer)
 
     def close(self) -> None:
         self.writer.close()
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
 
 
 def _raw_post(host: str, port: int, body: dict[str, Any]) -> bytes:
@@ -372,12 +412,12 @@ async def open_loop(url: str, rate: float, seconds: float, policy: str, seed: in
     """Poisson arrivals at ``rate`` per second for ``seconds``; latency from each send.
 
     A request takes an idle keep-alive connection, or opens one (64 are opened beforehand)."""
-    host, port = url.removeprefix("http://").split(":")
-    raws = [_raw_post(host, int(port), snapshot(policy, s)) for s in range(16)]
+    host, port = _host_port(url)
+    raws = [_raw_post(host, port, snapshot(policy, s)) for s in range(16)]
     rng = np.random.default_rng(seed)
     offsets = np.cumsum(rng.exponential(1.0 / rate, size=int(rate * seconds * 1.5) + 16))
     offsets = offsets[offsets < seconds]
-    idle: list[_Conn] = [await _Conn.open(host, int(port)) for _ in range(64)]
+    idle: list[_Conn] = [await _Conn.open(host, port) for _ in range(64)]
     for _ in range(3):
         await idle[0].post(raws[0])
     latencies: list[float] = []
@@ -391,7 +431,7 @@ async def open_loop(url: str, rate: float, seconds: float, policy: str, seed: in
             if time.perf_counter() - conn.last_used < _Conn.MAX_IDLE_S:
                 return conn
             conn.close()
-        return await _Conn.open(host, int(port))
+        return await _Conn.open(host, port)
 
     async def one(i: int, at: float) -> None:
         nonlocal fallbacks, errors, refused
@@ -401,19 +441,19 @@ async def open_loop(url: str, rate: float, seconds: float, policy: str, seed: in
         t0 = time.perf_counter()
         conn = await take()
         try:
-            status, body = await conn.post(raws[i % len(raws)])
+            answer = await conn.post(raws[i % len(raws)])
         except (OSError, asyncio.IncompleteReadError):
             conn.close()
             errors += 1
             return
         idle.append(conn)
-        if status == 429:
+        if answer.status == 429:
             refused += 1
             return
         latencies.append(time.perf_counter() - t0)
-        if status != 200:
+        if answer.status != 200:
             errors += 1
-        elif json.loads(body).get("fallback", {}).get("used"):
+        elif answer.fallback_used:
             fallbacks += 1
 
     started = time.perf_counter()
@@ -464,7 +504,7 @@ def decision_cost_ms(models: Path, policy: str, rounds: int = 20) -> float:
 def _row(*cells: object) -> str:
     """One line of a results table: name left-aligned, numbers right-aligned, cores last."""
     name, *numbers, cores = (str(c) for c in cells)
-    widths = (7, 8, 8, 8, 8, 8, 8, 6, 13, 9)
+    widths = (7, 8, 8, 8, 8, 8, 8, 6, 13, 9, 8)
     return " ".join(
         [f"{name:<10}", *(f"{n:>{w}}" for n, w in zip(numbers, widths, strict=True)), f" {cores}"]
     )
@@ -473,10 +513,13 @@ def _row(*cells: object) -> str:
 def measured(server: Server, cell: Coroutine[Any, Any, Result]) -> Result:
     """Run one cell; note the CPU cores the server's processes used meanwhile."""
     before, started = server.cpu_seconds(), time.perf_counter()
+    own = time.process_time()
     result = asyncio.run(cell)
+    own = time.process_time() - own
     after = server.cpu_seconds()
     result.cores = _cores(before, after, time.perf_counter() - started)
     result.cpu_ms = _cpu_ms_per_request(before, after, result.answered)
+    result.client_ms = own * 1000.0 / max(1, result.answered + result.refused_count)
     return result
 
 
@@ -534,14 +577,32 @@ def main(argv: list[str]) -> int:
                 server.stop()
         print(f"/v1/decide, 16 nodes x 64 jobs, policy {policy}, {args.seconds:.0f} s per cell")
         print(
-            _row("config", "clients", *Result.HEADS, "x ceiling", "cpu ms", "cores api / workers")
+            _row(
+                "config",
+                "clients",
+                *Result.HEADS,
+                "x ceiling",
+                "cpu ms",
+                "gen ms",
+                "cores api / workers",
+            )
         )
         for (name, clients), r in results.items():
             ceiling = results[("ceiling", clients)].rps
-            print(_row(name, clients, *r.cells(), f"{r.rps / ceiling:.2f}", _ms(r.cpu_ms), r.cores))
+            print(
+                _row(
+                    name,
+                    clients,
+                    *r.cells(),
+                    f"{r.rps / ceiling:.2f}",
+                    _ms(r.cpu_ms),
+                    _ms(r.client_ms),
+                    r.cores,
+                )
+            )
         if opened:
             print(f"\nopen loop (Poisson arrivals), {args.seconds:.0f} s per cell")
-            heads = (*Result.HEADS, "p50 - ceiling", "cpu ms", "cores api / workers")
+            heads = (*Result.HEADS, "p50 - ceiling", "cpu ms", "gen ms", "cores api / workers")
             print(_row("config", "offered", *heads))
             for (name, rate), r in opened.items():
                 base = opened[("ceiling", rate)].p50_ms
@@ -552,6 +613,7 @@ def main(argv: list[str]) -> int:
                         *r.cells(),
                         f"{r.p50_ms - base:.1f}",
                         _ms(r.cpu_ms),
+                        _ms(r.client_ms),
                         r.cores,
                     )
                 )

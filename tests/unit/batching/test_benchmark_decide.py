@@ -3,6 +3,8 @@ figures themselves come from ``python -m benchmarks.decide``)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
 import os
 import subprocess
@@ -135,3 +137,76 @@ def test_admit_names_limit_and_deadline_cells() -> None:
     assert bench.admission_configs("") == []
     with pytest.raises(SystemExit, match="'fast' is neither"):
         bench.admission_configs("fast")
+
+
+class _ScriptedServer:
+    """A minimal keep-alive HTTP/1.1 server answering requests from a script, in turn: what the
+    closed-loop load generator sees from a server, without one (its bodies are checked)."""
+
+    def __init__(self, script: list[tuple[int, dict[str, str], bytes]]) -> None:
+        self.script = script
+        self.served = 0
+        self.connections = 0
+        self.bodies: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                self.bodies.append(await reader.readexactly(length))
+                status, headers, body = self.script[self.served % len(self.script)]
+                self.served += 1
+                extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+                writer.write(
+                    f"HTTP/1.1 {status} X\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode()
+                    + body
+                )
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+
+def test_closed_loop_clients_keep_one_connection_each_and_count_every_answer() -> None:
+    fallback = json.dumps({"fallback": {"used": True}}).encode()
+    learned = json.dumps({"fallback": {"used": False}}).encode()
+    script = [
+        (200, {}, learned),
+        (200, {}, fallback),
+        (429, {"Retry-After": "0"}, b"{}"),
+        (500, {}, b"{}"),
+    ]
+    server = _ScriptedServer(script)
+
+    async def run() -> bench.Result:
+        listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        try:
+            return await bench.load(f"http://127.0.0.1:{port}", 3, 0.3, "f1")
+        finally:
+            listener.close()
+
+    result = asyncio.run(run())
+    assert server.connections == 3  # one keep-alive connection per client, opened once
+    measured = server.served - 3  # three warm-up requests before the clock
+    assert measured >= 8
+    assert result.answered + result.refused_count == measured
+    # the script's shares, up to the round the clock stopped in
+    assert abs(result.refused_count - measured / 4) <= 1
+    assert abs(result.errors - result.answered / 3) <= 1
+    assert result.fallback * result.answered == pytest.approx(round(result.answered / 3), abs=1)
+    for body in server.bodies:  # each request is the benchmark's snapshot, whole
+        parsed = json.loads(body)
+        assert len(parsed["pending"]) == 64
+        assert len(parsed["nodes"]) == 16
+
+
+def test_the_answer_reader_takes_retry_after_and_the_fallback_flag() -> None:
+    answer = bench._Answer(429, 2.5, b'{"fallback": {"used": true}}')
+    assert answer.fallback_used
+    assert not bench._Answer(200, 1.0, b'{"fallback": {"used": false}}').fallback_used
+    assert bench._host_port("http://127.0.0.1:8123") == ("127.0.0.1", 8123)
