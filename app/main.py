@@ -32,7 +32,7 @@ from app.db.migrate import is_behind, upgrade_to_head
 from app.db.session import Database
 from app.gc_tuning import freeze_startup_heap, thaw
 from app.observability import Metrics
-from app.services.decision import DecisionService
+from app.services.decision import DecisionService, gate_from_settings
 from app.services.idempotency import IdempotencyJanitor
 from app.settings import Settings, get_settings
 from app.ui import router as ui_router
@@ -73,8 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         decisions = DecisionService(
             default_deadline_s=settings.DEFAULT_DEADLINE_MS / 1000.0,
             pipeline=pipeline,
-            max_in_flight=settings.MAX_DECISIONS_IN_FLIGHT,
-            admission=settings.ADMISSION,
+            gate=gate_from_settings(settings),
         )
         metrics.track_admission(decisions.gate)
         decisions.add_observer(metrics.observe_decision)

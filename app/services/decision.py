@@ -46,6 +46,7 @@ from app.domain.types import (
 )
 from app.policy.selector import DecisionRequest as PipelineRequest
 from app.services.errors import TooManyRequestsError
+from app.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -220,11 +221,15 @@ class DecisionGate:
     With ``by_deadline`` the gate also keeps ``adaptive_limit``, an AIMD concurrency limit
     driven by the decisions' own deadlines (as TCP's window is driven by losses): a decision
     answered within its deadline raises it by ``1 / adaptive_limit`` (one per "window" of
-    decisions) while the limit is in use; one answered after its deadline cuts it by
-    ``BACKOFF``, at most once per window (only a decision admitted after the last cut counts, so
-    one backlog draining late is one signal). It never goes below ``FLOOR`` nor above ``limit``.
-    No rate is estimated, so nothing assumes the pace is the same at every concurrency. Only
-    the event loop touches the gate.
+    decisions) while the limit is in use; one answered after its deadline cuts it by the factor
+    ``backoff``, at most once per window (only a decision admitted after the last cut counts, so
+    one backlog draining late is one signal). It starts at ``initial`` and never goes below
+    ``floor`` nor above ``limit``. No rate is estimated, so nothing assumes the pace is the same
+    at every concurrency. Only the event loop touches the gate.
+
+    The class attributes are the defaults; a service takes them from its settings
+    (``KAIROS_ADMISSION_INITIAL_LIMIT``, ``KAIROS_ADMISSION_MIN_LIMIT``,
+    ``KAIROS_ADMISSION_BACKOFF``, ``KAIROS_RETRY_AFTER_S``).
     """
 
     #: seconds a refused caller is told to wait
@@ -243,14 +248,27 @@ class DecisionGate:
         *,
         by_deadline: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        initial: float = INITIAL,
+        floor: float = FLOOR,
+        backoff: float = BACKOFF,
+        retry_after_s: int = RETRY_AFTER_S,
     ) -> None:
+        if not 1.0 <= floor <= initial:
+            raise ValueError(f"the adaptive limit needs 1 <= floor <= initial ({floor}, {initial})")
+        if not 0.0 < backoff < 1.0:
+            raise ValueError(f"backoff must be between 0 and 1, exclusive ({backoff})")
+        if retry_after_s < 1:
+            raise ValueError(f"retry_after_s must be at least 1 ({retry_after_s})")
         #: 0: no limit
         self.limit = limit
         self.by_deadline = by_deadline
+        self.floor = floor
+        self.backoff = backoff
+        self.retry_after_s = retry_after_s
         self.in_flight = 0
         #: decisions refused since start, by reason (``limit``, ``deadline``)
         self.refused: dict[str, int] = {"limit": 0, "deadline": 0}
-        self.adaptive_limit = min(self.INITIAL, self._ceiling())
+        self.adaptive_limit = min(initial, self._ceiling())
         self._clock = clock
         self._admitted = 0  # admissions since start (each decision's sequence number)
         self._cut_at = 0  # admissions counted at the last cut
@@ -281,7 +299,7 @@ class DecisionGate:
         return TooManyRequestsError(
             f"{refusal.message}; retry after Retry-After seconds",
             code="overloaded",
-            headers={"Retry-After": str(self.RETRY_AFTER_S)},
+            headers={"Retry-After": str(self.retry_after_s)},
         )
 
     def check(self) -> None:
@@ -311,11 +329,24 @@ class DecisionGate:
         """AIMD on one completion (``busy``: decisions in flight when it completed)."""
         if latency_s > deadline_s:
             if sequence > self._cut_at:
-                self.adaptive_limit = max(self.FLOOR, self.adaptive_limit * self.BACKOFF)
+                self.adaptive_limit = max(self.floor, self.adaptive_limit * self.backoff)
                 self._cut_at = self._admitted
         elif 2 * busy >= self.adaptive_limit:  # grow only a limit that is in use
             grown = self.adaptive_limit + 1.0 / self.adaptive_limit
             self.adaptive_limit = min(self._ceiling(), grown)
+
+
+def gate_from_settings(settings: Settings) -> DecisionGate:
+    """The admission gate ``KAIROS_MAX_DECISIONS_IN_FLIGHT``, ``KAIROS_ADMISSION`` and the
+    adaptive limit's ``KAIROS_ADMISSION_*`` settings describe."""
+    return DecisionGate(
+        settings.MAX_DECISIONS_IN_FLIGHT,
+        by_deadline=settings.ADMISSION == "deadline",
+        initial=settings.ADMISSION_INITIAL_LIMIT,
+        floor=settings.ADMISSION_MIN_LIMIT,
+        backoff=settings.ADMISSION_BACKOFF,
+        retry_after_s=settings.RETRY_AFTER_S,
+    )
 
 
 class DecisionService:
@@ -332,12 +363,11 @@ class DecisionService:
         default_deadline_s: float,
         max_threads: int = 4,
         pipeline: DecisionPipeline | None = None,
-        max_in_flight: int = 0,
-        admission: Admission = "limit",
+        gate: DecisionGate | None = None,
     ) -> None:
         self.default_deadline_s = default_deadline_s
-        #: admission: decisions at once in this process (0: no limit), and by deadline
-        self.gate = DecisionGate(max_in_flight, by_deadline=admission == "deadline")
+        #: admission to this process's decisions (default: no limit)
+        self.gate = gate if gate is not None else DecisionGate(0)
         self._limiter = anyio.CapacityLimiter(max_threads)
         self._observers: list[Callable[[DecisionOutcome], None]] = []
         #: the decision pipeline (ONNX models, batching, Redis); None: heuristics in a thread

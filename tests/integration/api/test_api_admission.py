@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from pydantic import ValidationError
 from sqlalchemy import func, select, update
 
 from app.api.middleware import AnsweredKeys
@@ -291,6 +292,27 @@ async def test_the_admission_setting_reaches_the_gate(database_url: str) -> None
         app = create_app(Settings(DATABASE_URL=database_url, ADMISSION=admission))
         async with app.router.lifespan_context(app):
             assert app.state.decisions.gate.by_deadline is by_deadline
+    tuned = Settings(
+        DATABASE_URL=database_url,
+        ADMISSION="deadline",
+        MAX_DECISIONS_IN_FLIGHT=100,
+        ADMISSION_INITIAL_LIMIT=8,
+        ADMISSION_MIN_LIMIT=2,
+        ADMISSION_BACKOFF=0.5,
+        RETRY_AFTER_S=3,
+    )
+    app = create_app(tuned)
+    async with app.router.lifespan_context(app):
+        gate: DecisionGate = app.state.decisions.gate
+        assert (gate.limit, gate.adaptive_limit, gate.floor) == (100, 8.0, 2.0)
+        assert (gate.backoff, gate.retry_after_s) == (0.5, 3)
+
+
+def test_admission_settings_out_of_order_are_refused_by_name() -> None:
+    with pytest.raises(ValidationError, match="KAIROS_ADMISSION_MIN_LIMIT"):
+        Settings(ADMISSION_INITIAL_LIMIT=4, ADMISSION_MIN_LIMIT=8)
+    with pytest.raises(ValidationError, match="ADMISSION_BACKOFF"):
+        Settings(ADMISSION_BACKOFF=1.5)
 
 
 def test_no_limit_admits_any_number() -> None:

@@ -151,3 +151,38 @@ def test_asking_whether_it_would_refuse_counts_nothing() -> None:
         assert error.status_code == 429
         assert error.code == "overloaded"
         assert gate.refused == {"limit": 1, "deadline": 0}
+
+
+def test_the_adaptive_limit_takes_its_tuning_from_the_caller() -> None:
+    """``KAIROS_ADMISSION_INITIAL_LIMIT`` / ``_MIN_LIMIT`` / ``_BACKOFF`` and
+    ``KAIROS_RETRY_AFTER_S`` reach the gate as these arguments."""
+    clock = Clock()
+    gate = DecisionGate(
+        0, by_deadline=True, clock=clock, initial=8.0, floor=2.0, backoff=0.5, retry_after_s=3
+    )
+    assert gate.adaptive_limit == 8.0
+    _wave(gate, clock, 8, latency_s=0.2, deadline_s=0.05)  # late: cut by the backoff
+    assert gate.adaptive_limit == 4.0
+    _wave(gate, clock, 4, latency_s=0.2, deadline_s=0.05)
+    _wave(gate, clock, 2, latency_s=0.2, deadline_s=0.05)
+    assert gate.adaptive_limit == 2.0  # the floor
+    with contextlib.ExitStack() as stack:
+        for _ in range(2):
+            stack.enter_context(gate.admit(deadline_s=0.05))
+        refused = _refused_on_entry(gate, 0.05)
+    assert refused.headers == {"Retry-After": "3"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"initial": 4.0, "floor": 8.0}, "floor"),
+        ({"floor": 0.5, "initial": 4.0}, "floor"),
+        ({"backoff": 1.0}, "backoff"),
+        ({"backoff": 0.0}, "backoff"),
+        ({"retry_after_s": 0}, "retry_after_s"),
+    ],
+)
+def test_a_tuning_that_cannot_work_is_refused(kwargs: dict[str, float], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        DecisionGate(0, by_deadline=True, **kwargs)  # type: ignore[arg-type]
