@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from app.settings import Settings, get_settings
 
@@ -29,16 +33,41 @@ def _serve(args: Sequence[str]) -> int:
     opts = parser.parse_args(args)
     if not opts.no_migrate:
         _migrate_now(settings)  # once, before workers fork, so they never race to migrate
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
-        host=opts.host,
-        port=opts.port,
-        workers=opts.workers,
-        log_level=settings.LOG_LEVEL,
-        proxy_headers=False,
-    )
+    made = _share_metrics(settings) if opts.workers > 1 else None
+    try:
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=opts.host,
+            port=opts.port,
+            workers=opts.workers,
+            log_level=settings.LOG_LEVEL,
+            proxy_headers=False,
+        )
+    finally:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
     return 0
+
+
+#: prometheus_client's multiprocess switch (``app.observability.MULTIPROC_ENV``; not imported
+#: here, so that this process loads no metrics code before the workers start)
+_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def _share_metrics(settings: Settings) -> str | None:
+    """Point every worker process's metrics at one directory, so that a scrape of any of them
+    speaks for all (ADR 0080); returns the directory if this call made it (to remove at exit).
+
+    The directory is ``PROMETHEUS_MULTIPROC_DIR`` if set, else ``KAIROS_METRICS_DIR``, else a
+    new temporary one. Values an earlier run left there are removed: they would be summed in."""
+    given = os.environ.get(_MULTIPROC_ENV) or settings.METRICS_DIR
+    path = Path(given) if given else Path(tempfile.mkdtemp(prefix="kairos-metrics-"))
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink()
+    os.environ[_MULTIPROC_ENV] = str(path)  # the workers inherit it
+    return None if given else str(path)
 
 
 def _migrate_now(settings: Settings) -> None:

@@ -31,7 +31,7 @@ from app.db.engine import make_engine
 from app.db.migrate import is_behind, upgrade_to_head
 from app.db.session import Database
 from app.gc_tuning import freeze_startup_heap, thaw
-from app.observability import Metrics
+from app.observability import Metrics, multiprocess_dir
 from app.services.decision import DecisionService, gate_from_settings
 from app.services.idempotency import IdempotencyJanitor
 from app.settings import Settings, get_settings
@@ -56,7 +56,7 @@ def operation_id(route: APIRoute) -> str:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    metrics = Metrics()
+    metrics = Metrics(multiprocess_dir())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -99,7 +99,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.decision_writer = writer
             if settings.GC_FREEZE:
                 freeze_startup_heap()
-            yield
+            async with metrics.shared():
+                yield
         finally:
             if settings.GC_FREEZE:
                 thaw()

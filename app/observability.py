@@ -1,17 +1,38 @@
 """Prometheus metrics and logging setup. Metric objects live in a per-app registry built in
-``create_app`` (never at import), so several apps in one process (tests) do not collide."""
+``create_app`` (never at import), so several apps in one process (tests) do not collide.
+
+With several serving processes (``KAIROS_WORKERS`` > 1, ADR 0080) a scrape reaches one of them,
+so ``/metrics`` must speak for all: ``kairos serve`` then points prometheus_client's multiprocess
+mode (``PROMETHEUS_MULTIPROC_DIR``, read when prometheus_client is imported) at a shared
+directory. Counters and histograms are summed over every process that served, gone ones
+included; the gauges over the live ones. A gauge read from a callback is written to that
+directory by each process once a second and when it answers a scrape.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import AsyncIterator, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
-from prometheus_client.metrics_core import CounterMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from app.services.decision import DecisionGate, DecisionOutcome
+
+#: prometheus_client's own switch: set, every metric value lives in a file of this directory
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: seconds between two writes of a process's sampled gauges in multiprocess mode
+GAUGE_SYNC_S = 1.0
+
+
+def multiprocess_dir() -> str | None:
+    """The directory the serving processes share their metrics in, if several serve."""
+    return os.environ.get(MULTIPROC_ENV) or None
+
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -19,7 +40,11 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self) -> None:
+    def __init__(self, shared_dir: str | None = None) -> None:
+        #: multiprocess mode (ADR 0080): the directory every serving process writes its values to
+        self.shared_dir = shared_dir
+        #: gauges read from a callback: (gauge, callback)
+        self._sampled: list[tuple[Gauge, Callable[[], float]]] = []
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "kairos_http_requests",
@@ -63,33 +88,81 @@ class Metrics:
         )
         self.queue_depth = Gauge(
             "kairos_queue_depth",
-            "Decision requests of this process waiting for a batch or a worker's reply.",
+            "Decision requests waiting for a batch or a worker's reply (every serving process).",
+            multiprocess_mode="livesum",
             registry=self.registry,
         )
 
         self.decisions_in_flight = Gauge(
             "kairos_decisions_in_flight",
-            "Decisions this process is working on (KAIROS_MAX_DECISIONS_IN_FLIGHT bounds it).",
+            "Decisions being worked on (every serving process; KAIROS_MAX_DECISIONS_IN_FLIGHT "
+            "bounds each).",
+            multiprocess_mode="livesum",
             registry=self.registry,
         )
         self.admission_limit = Gauge(
             "kairos_admission_limit",
-            "Decisions this process admits at once under KAIROS_ADMISSION=deadline: an AIMD "
-            "limit that shrinks while decisions miss their deadline (ADR 0077).",
+            "Decisions admitted at once under KAIROS_ADMISSION=deadline (summed over the "
+            "serving processes): an AIMD limit that shrinks while decisions miss their deadline "
+            "(ADR 0077).",
+            multiprocess_mode="livesum",
             registry=self.registry,
         )
+        self.admission_refused = Counter(
+            "kairos_admission_refused",
+            "Decisions refused with 429 overloaded, by reason (limit: "
+            "KAIROS_MAX_DECISIONS_IN_FLIGHT; deadline: KAIROS_ADMISSION=deadline).",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in ("deadline", "limit"):
+            self.admission_refused.labels(reason)
 
     def observe_batch(self, size: int) -> None:
         self.batch_size.observe(size)
 
+    def _sample(self, gauge: Gauge, read: Callable[[], float]) -> None:
+        if self.shared_dir is None:
+            gauge.set_function(read)
+        else:  # another process's scrape reads the file: write the value there (``sync``)
+            self._sampled.append((gauge, read))
+            gauge.set(read())
+
     def track_queue_depth(self, depth: Callable[[], float]) -> None:
-        self.queue_depth.set_function(depth)
+        self._sample(self.queue_depth, depth)
 
     def track_admission(self, gate: DecisionGate) -> None:
         """In-flight count, adaptive limit and refusals of the decision gate (ADRs 0075, 0077)."""
-        self.decisions_in_flight.set_function(lambda: gate.in_flight)
-        self.admission_limit.set_function(lambda: int(gate.adaptive_limit))
-        self.registry.register(_RefusalCollector(gate))
+        self._sample(self.decisions_in_flight, lambda: gate.in_flight)
+        self._sample(self.admission_limit, lambda: int(gate.adaptive_limit))
+        gate.on_refused = lambda reason: self.admission_refused.labels(reason).inc()
+
+    def sync(self) -> None:
+        """Write this process's sampled gauges where every process's scrape reads them."""
+        for gauge, read in self._sampled:
+            gauge.set(read())
+
+    @contextlib.asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        """While serving in multiprocess mode: keep this process's gauges current for the
+        others' scrapes; on the way out, take its live gauges out of the sums."""
+        if self.shared_dir is None:
+            yield
+            return
+
+        async def keep_synced() -> None:
+            while True:
+                await asyncio.sleep(GAUGE_SYNC_S)
+                self.sync()
+
+        task = asyncio.create_task(keep_synced(), name="metrics-gauge-sync")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            mark_process_dead(os.getpid(), self.shared_dir)  # type: ignore[no-untyped-call]
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
@@ -103,7 +176,12 @@ class Metrics:
         self.decision_latency.labels(outcome.policy.kind).observe(outcome.latency_ms / 1000.0)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.shared_dir is None:
+            return generate_latest(self.registry)
+        self.sync()
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=self.shared_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)
 
 
 def configure_logging(level: str) -> None:
@@ -111,21 +189,3 @@ def configure_logging(level: str) -> None:
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     logging.getLogger("app").setLevel(level.upper())
-
-
-class _RefusalCollector(Collector):
-    """``kairos_admission_refused_total{reason}``, read from the gate's own counts."""
-
-    def __init__(self, gate: DecisionGate) -> None:
-        self._gate = gate
-
-    def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(
-            "kairos_admission_refused",
-            "Decisions refused with 429 overloaded, by reason (limit: "
-            "KAIROS_MAX_DECISIONS_IN_FLIGHT; deadline: KAIROS_ADMISSION=deadline).",
-            labels=["reason"],
-        )
-        for reason, count in sorted(self._gate.refused.items()):
-            family.add_metric([reason], float(count))
-        yield family

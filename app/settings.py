@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     IDEMPOTENCY_PURGE_INTERVAL_S: float = Field(default=600.0, gt=0)
     #: uvicorn worker processes for ``kairos serve``.
     WORKERS: int = Field(default=1, ge=1)
+    #: With WORKERS > 1: the directory the worker processes share their metrics in, so that
+    #: ``/metrics`` of any of them speaks for all (ADR 0080; emptied at start). Unset: a new
+    #: temporary directory, removed at exit.
+    METRICS_DIR: str | None = None
 
     def api_key_tenants(self) -> dict[str, str]:
         """Map each API key to its tenant; empty when auth is off."""

@@ -268,6 +268,8 @@ class DecisionGate:
         self.in_flight = 0
         #: decisions refused since start, by reason (``limit``, ``deadline``)
         self.refused: dict[str, int] = {"limit": 0, "deadline": 0}
+        #: called with the reason of each refusal (the metrics' counter)
+        self.on_refused: Callable[[str], None] | None = None
         self.adaptive_limit = min(initial, self._ceiling())
         self._clock = clock
         self._admitted = 0  # admissions since start (each decision's sequence number)
@@ -296,6 +298,8 @@ class DecisionGate:
     def refuse(self, refusal: Refusal) -> TooManyRequestsError:
         """Count ``refusal`` and give the error that answers it (429 ``overloaded``)."""
         self.refused[refusal.reason] += 1
+        if self.on_refused is not None:
+            self.on_refused(refusal.reason)
         return TooManyRequestsError(
             f"{refusal.message}; retry after Retry-After seconds",
             code="overloaded",
