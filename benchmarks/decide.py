@@ -2,7 +2,7 @@
 ceiling (a bare FastAPI endpoint that only parses the same payload), all measured in this run.
 
 Usage: ``python -m benchmarks.decide [--seconds S] [--clients 1,8,32,64] [--policy NAME]
-[--rates R1,R2]``
+[--rates R1,R2] [--admit 16,deadline] [--redis-admit] [--skip-redis]``
 
 The snapshot is 16 nodes x 64 pending jobs. The policy is ``hpc-kernel`` when ``models/`` ships
 one, else a kernel-shaped ONNX model built here from fixed weights (``--policy f1`` measures the
@@ -506,7 +506,7 @@ def _row(*cells: object) -> str:
     name, *numbers, cores = (str(c) for c in cells)
     widths = (7, 8, 8, 8, 8, 8, 8, 6, 13, 9, 8)
     return " ".join(
-        [f"{name:<10}", *(f"{n:>{w}}" for n, w in zip(numbers, widths, strict=True)), f" {cores}"]
+        [f"{name:<11}", *(f"{n:>{w}}" for n, w in zip(numbers, widths, strict=True)), f" {cores}"]
     )
 
 
@@ -523,7 +523,7 @@ def measured(server: Server, cell: Coroutine[Any, Any, Result]) -> Result:
     return result
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.decide")
     parser.add_argument("--seconds", type=float, default=4.0, help="per concurrency level")
     parser.add_argument("--clients", default="1,8,32,64")
@@ -533,6 +533,13 @@ def main(argv: list[str]) -> int:
         default=os.environ.get("KAIROS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
     )
     parser.add_argument("--skip-redis", action="store_true")
+    parser.add_argument(
+        "--redis-admit",
+        action="store_true",
+        help="also run Redis with 1 and 2 workers under KAIROS_ADMISSION=deadline (the "
+        "redis-1w-dl and redis-2w-dl cells): under overload the API refuses what would miss "
+        "its deadline instead of queueing it for the workers",
+    )
     parser.add_argument(
         "--admit",
         default="",
@@ -546,6 +553,11 @@ def main(argv: list[str]) -> int:
         default="",
         help="open-loop arrival rates (req/s), e.g. 100,200 (default: no open-loop cells)",
     )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.clients.split(",") if c]
     rates = [float(r) for r in args.rates.split(",") if r]
@@ -553,13 +565,7 @@ def main(argv: list[str]) -> int:
         work = Path(tmp)
         models, onnx_name = model_dir(work)
         policy = args.policy or onnx_name
-        configs: list[tuple[str, str | None, int, dict[str, str]]] = [
-            ("ceiling", None, 0, {}),
-            ("embedded", None, 0, {}),
-        ]
-        configs += admission_configs(args.admit)
-        if not args.skip_redis:
-            configs += [("redis-1w", args.redis_url, 1, {}), ("redis-2w", args.redis_url, 2, {})]
+        configs = server_configs(args)
         results: dict[tuple[str, int], Result] = {}
         opened: dict[tuple[str, float], Result] = {}
         for name, redis_url, workers, extra_env in configs:
@@ -636,10 +642,28 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def admission_configs(spec: str) -> list[tuple[str, str | None, int, dict[str, str]]]:
+Config = tuple[str, str | None, int, dict[str, str]]
+
+
+def server_configs(args: argparse.Namespace) -> list[Config]:
+    """The servers of this run, in order: (name, Redis URL or None, workers, extra environment)."""
+    configs: list[Config] = [("ceiling", None, 0, {}), ("embedded", None, 0, {})]
+    configs += admission_configs(args.admit)
+    if not args.skip_redis:
+        configs += [("redis-1w", args.redis_url, 1, {}), ("redis-2w", args.redis_url, 2, {})]
+        if args.redis_admit:
+            deadline = {"KAIROS_ADMISSION": "deadline"}
+            configs += [
+                ("redis-1w-dl", args.redis_url, 1, deadline),
+                ("redis-2w-dl", args.redis_url, 2, deadline),
+            ]
+    return configs
+
+
+def admission_configs(spec: str) -> list[Config]:
     """The embedded cells of ``--admit``: ``N`` caps decisions in flight, ``deadline`` refuses
     what would miss its deadline (ADRs 0075, 0077)."""
-    out: list[tuple[str, str | None, int, dict[str, str]]] = []
+    out: list[Config] = []
     for item in (i.strip() for i in spec.split(",") if i.strip()):
         if item == "deadline":
             out.append(("admit-dl", None, 0, {"KAIROS_ADMISSION": "deadline"}))
@@ -667,7 +691,7 @@ def cpu_lines(results: dict[tuple[str, int], Result]) -> list[str]:
         return []
     medians = {name: statistics.median(ms) for name, ms in by_config.items()}
     base = medians["ceiling"]
-    return [f"{name:<10} {ms:6.2f} ms  ({ms / base:.1f} x ceiling)" for name, ms in medians.items()]
+    return [f"{name:<11} {ms:6.2f} ms  ({ms / base:.1f} x ceiling)" for name, ms in medians.items()]
 
 
 def verdicts(results: dict[tuple[str, int], Result]) -> list[str]:

@@ -210,3 +210,29 @@ def test_the_answer_reader_takes_retry_after_and_the_fallback_flag() -> None:
     assert answer.fallback_used
     assert not bench._Answer(200, 1.0, b'{"fallback": {"used": false}}').fallback_used
     assert bench._host_port("http://127.0.0.1:8123") == ("127.0.0.1", 8123)
+
+
+def test_redis_admit_adds_redis_cells_under_deadline_admission() -> None:
+    def names(*argv: str) -> list[str]:
+        parser_args = bench.build_parser().parse_args(list(argv))
+        return [name for name, *_ in bench.server_configs(parser_args)]
+
+    assert names() == ["ceiling", "embedded", "redis-1w", "redis-2w"]
+    assert names("--redis-admit") == [
+        "ceiling",
+        "embedded",
+        "redis-1w",
+        "redis-2w",
+        "redis-1w-dl",
+        "redis-2w-dl",
+    ]
+    assert names("--skip-redis", "--redis-admit", "--admit", "deadline") == [
+        "ceiling",
+        "embedded",
+        "admit-dl",
+    ]
+    parsed = bench.build_parser().parse_args(["--redis-admit"])
+    for name, url, workers, env in bench.server_configs(parsed)[-2:]:
+        assert url == parsed.redis_url
+        assert workers == (1 if name == "redis-1w-dl" else 2)
+        assert env == {"KAIROS_ADMISSION": "deadline"}
