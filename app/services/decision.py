@@ -195,12 +195,6 @@ def check_decision(state: ClusterState, decision: Decision) -> list[str]:
     return problems
 
 
-#: how a replica admits decisions (ADRs 0075, 0077): ``limit`` refuses past
-#: ``KAIROS_MAX_DECISIONS_IN_FLIGHT`` only; ``deadline`` also keeps an adaptive limit that
-#: shrinks when decisions miss their deadline and grows while they meet it
-Admission = Literal["limit", "deadline"]
-
-
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """Why :class:`DecisionGate` would refuse a decision: ``reason`` (``limit``, ``deadline``),
