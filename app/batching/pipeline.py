@@ -35,7 +35,6 @@ from app.policy.selector import (
     DecisionOutcome,
     DecisionRequest,
     FallbackReason,
-    LockstepLimits,
     decide_many,
     fallback_outcome,
 )
@@ -89,8 +88,6 @@ class DecisionPipeline:
             concurrency=options.concurrency,
             adaptive_wait=options.adaptive_wait,
         )
-        #: the stepping models' lock-step sizes, learnt across this process's batches (ADR 0081)
-        self.lockstep = LockstepLimits()
         self.queue: RedisQueue | None = None
         if options.redis_url:
             self.queue = RedisQueue(options.redis_url, StreamKeys(options.redis_prefix))
@@ -108,7 +105,6 @@ class DecisionPipeline:
             fallback_reserve_s=self.options.fallback_reserve_s,
             wanted=None if control is None else control.wanted,
             deliver=None if control is None else control.deliver,
-            lockstep=self.lockstep,
         )
 
     def _observe_local_batch(self, size: int, _seconds: float) -> None:

@@ -18,14 +18,7 @@ from app.batching.pipeline import pipeline_from_settings
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
 from app.gc_tuning import freeze_startup_heap, thaw
 from app.policy.registry import PolicyRegistry
-from app.policy.selector import (
-    DecisionOutcome,
-    DecisionRequest,
-    Deliver,
-    LockstepLimits,
-    Wanted,
-    decide_many,
-)
+from app.policy.selector import DecisionOutcome, DecisionRequest, Deliver, Wanted, decide_many
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -38,9 +31,7 @@ WORKER_FALLBACK_RESERVE_S = 0.008
 def batch_decider(
     registry: PolicyRegistry,
 ) -> Callable[[Sequence[DecisionRequest], Wanted, Deliver], list[DecisionOutcome]]:
-    """The worker's batch handler: :func:`decide_many` answering each request when decided,
-    with the stepping models' lock-step sizes learnt across its batches (ADR 0081)."""
-    lockstep = LockstepLimits()
+    """The worker's batch handler: :func:`decide_many` answering each request when decided."""
 
     def decide(
         batch: Sequence[DecisionRequest], wanted: Wanted, deliver: Deliver
@@ -51,7 +42,6 @@ def batch_decider(
             fallback_reserve_s=WORKER_FALLBACK_RESERVE_S,
             wanted=wanted,
             deliver=deliver,
-            lockstep=lockstep,
         )
 
     return decide

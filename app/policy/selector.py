@@ -8,10 +8,6 @@ shadow policy.  :func:`decide_many` decides a whole batch:
 * ONNX primaries run step-synchronously: at every step, **one** inference per model scores the
   candidates of every request still deciding (``encode_batch`` pads them to one ``N``), and each
   request applies its own pick with its own mask (ADR 0041);
-* with :class:`LockstepLimits` (the service's pipelines pass one), a stepping model decides a
-  large group in consecutive lock-steps of at most its limit, an AIMD limit driven by the
-  deadlines its requests miss mid-way (ADR 0081): a lock-step answers its requests about
-  together, so past some size every one of them misses its deadline;
 * ranking ONNX models (card ``decision_mode: rank``, ADR 0065) need a single step: one inference
   scores the whole queue of every request in the batch, and each request walks its own order;
 * the fallback heuristic decides instead, recording a machine-readable :class:`FallbackReason`
@@ -99,47 +95,6 @@ class DecisionRequest:
     shadow: str | None = None
     #: absolute deadline on the ``clock`` passed to :func:`decide_many` (``time.time`` by default)
     deadline: float | None = None
-
-
-class LockstepLimits:
-    """Per stepping model, the most requests it decides in one lock-step (ADR 0081).
-
-    A lock-step of ``n`` requests costs about ``n`` times one of them (each step encodes every
-    request's view; only the inference is shared), and its requests leave it about together.
-    So a burst larger than ``deadline / cost`` misses every deadline at once: all of it falls
-    back, after the work. A group is therefore decided in consecutive lock-steps of at most the
-    model's limit: the first ones meet their deadlines, the rest wait as they would have in one.
-
-    The limit is learnt as TCP's window is, from the first lock-step of each group (the later
-    ones waited behind it, so their misses say nothing about their own size): one of its
-    requests missing its deadline after it started stepping halves the limit to half that
-    lock-step's size; a lock-step as large as the limit meeting every deadline raises it by one.
-    A model starts unlimited. The decision threads of one process may share it: a lost update
-    only delays the learning.
-    """
-
-    __slots__ = ("_limits",)
-
-    def __init__(self) -> None:
-        self._limits: dict[str, float] = {}
-
-    def limit(self, key: str) -> int | None:
-        """The current limit of the model ``key`` (``name@version``), None while unlimited."""
-        limit = self._limits.get(key)
-        return None if limit is None else int(limit)
-
-    def size(self, key: str, pending: int) -> int:
-        """How many of ``pending`` requests the next lock-step of ``key`` takes."""
-        limit = self.limit(key)
-        return pending if limit is None else max(1, min(pending, limit))
-
-    def learn(self, key: str, size: int, missed: bool) -> None:
-        """The first lock-step of a group, of ``size`` requests, ``missed`` a deadline or not."""
-        limit = self.limit(key)
-        if missed:
-            self._limits[key] = max(1.0, size / 2.0)
-        elif limit is not None and size >= limit:
-            self._limits[key] = float(limit + 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,54 +262,25 @@ def _step_group(
     reserve_s: float,
     wanted: Wanted,
     finished: Callable[[_Slot], None],
-    limits: LockstepLimits | None = None,
 ) -> None:
     """Drive every slot of one model to completion, one inference per step; ``finished(slot)``
-    as each slot leaves the batch. With ``limits``, in consecutive lock-steps of at most the
-    model's limit, the first of which teaches it."""
-    key = f"{policy.ref.name}@{policy.ref.version}"
-    pending = list(slots)
-    first = True
-    while pending:
-        size = len(pending) if limits is None else limits.size(key, len(pending))
-        chunk, pending = pending[:size], pending[size:]
-        missed = _lockstep(policy, chunk, requests, clock, reserve_s, wanted, finished)
-        if limits is not None and first:
-            limits.learn(key, size, missed)
-        first = False
-
-
-def _lockstep(
-    policy: OnnxPolicy,
-    slots: list[_Slot],
-    requests: Sequence[DecisionRequest],
-    clock: Callable[[], float],
-    reserve_s: float,
-    wanted: Wanted,
-    finished: Callable[[_Slot], None],
-) -> bool:
-    """Step ``slots`` together to completion; True if one of them missed its deadline after it
-    had taken a step (one already out of time before its first step is not counted)."""
+    as each slot leaves the batch."""
     live = list(slots)
-    stepped = False
-    missed = False
     while True:
         active = _deadline_passed(live, requests, clock(), reserve_s, wanted)
         for slot in live:
             if not slot.active:
-                missed |= stepped and slot.failure is FallbackReason.DEADLINE_EXCEEDED
                 finished(slot)
         live = active
         if not active:
-            return missed
+            return
         encoded = encode_batch([slot.run.view() for slot in active], policy.max_candidates)
         logits = _score_or_fail(policy, active, encoded)
         if logits is None:
             for slot in active:
                 finished(slot)
-            return missed
+            return
         _apply_picks(active, encoded, logits)
-        stepped = True
 
 
 def _rank_group(
@@ -414,13 +340,11 @@ class _Batch:
         registry: PolicyRegistry | None,
         wanted: Wanted,
         deliver: Deliver | None,
-        lockstep: LockstepLimits | None = None,
     ):
         self.requests = requests
         self.registry = registry
         self.wanted = wanted
         self.deliver = deliver
-        self.lockstep = lockstep
         n = len(requests)
         self.outcomes: list[DecisionOutcome | None] = [None] * n
         self.shadows: list[ShadowOutcome | None] = [None] * n
@@ -496,6 +420,7 @@ class _Batch:
     def run_groups(self, clock: Callable[[], float], reserve_s: float) -> None:
         for policy, slots in self.groups.values():
             live = [s for s in slots if not self.failed(s.index)]
+            run_group = _rank_group if isinstance(policy, OnnxRankingPolicy) else _step_group
             done: set[int] = set()
 
             def finished(slot: _Slot, policy: OnnxPolicy = policy, done: set[int] = done) -> None:
@@ -503,12 +428,8 @@ class _Batch:
                     done.add(id(slot))
                     self.finish_slot(policy, slot)
 
-            args = (policy, live, self.requests, clock, reserve_s, self.wanted, finished)
             try:
-                if isinstance(policy, OnnxRankingPolicy):
-                    _rank_group(*args)
-                else:
-                    _step_group(*args, limits=self.lockstep)
+                run_group(policy, live, self.requests, clock, reserve_s, self.wanted, finished)
             except Exception as exc:  # e.g. an encoder failure: those requests fall back
                 for slot in live:
                     if slot.failure is None and not slot.abandoned and not slot.run.done:
@@ -568,13 +489,8 @@ def decide_many(
     fallback_reserve_s: float = DEFAULT_FALLBACK_RESERVE_S,
     wanted: Wanted | None = None,
     deliver: Deliver | None = None,
-    lockstep: LockstepLimits | None = None,
 ) -> list[DecisionOutcome]:
     """Decide every request; never raises for one request's fault (see the module docstring).
-
-    ``lockstep``, if given, bounds and learns the size of each stepping model's lock-steps
-    (:class:`LockstepLimits`; a serving process keeps one across its batches). Without it a
-    model decides all its requests of the batch in one lock-step.
 
     ``deliver(i, outcome)``, if given, is called once per request as soon as its outcome is
     final (a heuristic primary at once, a ranked walk right after it ends, a stepping model when
@@ -584,7 +500,7 @@ def decide_many(
     no delivery, and its returned outcome is an error outcome of type :data:`ABANDONED`.
     """
     wanted = wanted or _always
-    batch = _Batch(requests, registry, wanted, deliver, lockstep)
+    batch = _Batch(requests, registry, wanted, deliver)
     for i, req in enumerate(requests):
         try:
             batch.start(i)

@@ -15,7 +15,6 @@ from app.policy.selector import (
     ABANDONED,
     DecisionRequest,
     FallbackReason,
-    LockstepLimits,
     decide_many,
     decision_agrees,
     resolve,
@@ -243,93 +242,3 @@ def test_a_stepping_request_abandoned_mid_way_stops_stepping(registry: PolicyReg
     assert delivered == [1]
     assert outs[1].decision is not None
     assert not outs[1].fallback_used
-
-
-class _WorkClock:
-    """Time that advances with the work done: one tick each time a request's caller is asked
-    whether it still waits (before its start and before each step it takes part in), so a
-    lock-step of ``n`` requests costs ``n`` ticks a step, as it costs ``n`` encodings."""
-
-    def __init__(self) -> None:
-        self.ticks = 0
-
-    def wanted(self, _i: int) -> bool:
-        self.ticks += 1
-        return True
-
-    def __call__(self) -> float:
-        return float(self.ticks)
-
-
-def _burst(
-    registry: PolicyRegistry,
-    clock: _WorkClock,
-    state: ClusterState,
-    n: int,
-    budget: float,
-    lockstep: LockstepLimits | None,
-) -> list[FallbackReason | None]:
-    deadline = clock() + budget
-    requests = [
-        DecisionRequest(f"r{k}", state, policy="hpc-a", deadline=deadline) for k in range(n)
-    ]
-    outs = decide_many(
-        requests,
-        registry,
-        clock=clock,
-        fallback_reserve_s=0.0,
-        wanted=clock.wanted,
-        lockstep=lockstep,
-    )
-    return [o.fallback_reason for o in outs]
-
-
-def test_a_burst_too_large_for_its_deadline_is_decided_in_smaller_lock_steps(
-    registry: PolicyRegistry,
-) -> None:
-    """ADR 0081: six requests in one lock-step all miss a deadline three of them alone would
-    meet. The miss halves the model's lock-step limit; the next burst is decided three, then
-    three: the first three meet their deadline with the model's own decision."""
-    entry = registry.find("hpc-a")
-    assert entry is not None
-    assert entry.policy is not None
-    state = _state(10, seed=5, cpus=64.0)
-    clock = _WorkClock()
-    before = clock.ticks
-    assert _burst(registry, clock, state, 1, 1e9, None) == [None]
-    alone = clock.ticks - before  # the work of one decision, in ticks
-    budget = 3.5 * alone
-    late = FallbackReason.DEADLINE_EXCEEDED
-
-    limits = LockstepLimits()
-    assert limits.limit("hpc-a@1") is None  # unlimited until a deadline is missed
-    assert _burst(registry, clock, state, 6, budget, limits) == [late] * 6
-    assert limits.limit("hpc-a@1") == 3
-    assert _burst(registry, clock, state, 6, budget, limits) == [None] * 3 + [late] * 3
-    assert limits.limit("hpc-a@1") == 4  # a full first lock-step met its deadlines
-
-    # without the limits every burst is one lock-step, and every request of it falls back
-    assert _burst(registry, clock, state, 6, budget, None) == [late] * 6
-    outs = decide_many(
-        [DecisionRequest("same", state, policy="hpc-a")], registry, lockstep=LockstepLimits()
-    )
-    assert outs[0].decision == decide(state, entry.policy)
-
-
-def test_lockstep_limits_learn_from_the_first_lock_step_only_as_aimd() -> None:
-    limits = LockstepLimits()
-    assert limits.size("m@1", 9) == 9
-    limits.learn("m@1", 9, missed=False)  # unlimited stays unlimited
-    assert limits.limit("m@1") is None
-    limits.learn("m@1", 9, missed=True)
-    assert limits.limit("m@1") == 4  # half of what missed
-    assert limits.size("m@1", 9) == 4
-    assert limits.size("m@1", 2) == 2
-    limits.learn("m@1", 2, missed=False)  # a lock-step below the limit says nothing
-    assert limits.limit("m@1") == 4
-    limits.learn("m@1", 4, missed=False)
-    assert limits.limit("m@1") == 5
-    limits.learn("m@1", 1, missed=True)
-    assert limits.limit("m@1") == 1  # never below one
-    assert limits.size("m@1", 0) == 1
-    assert limits.limit("other@1") is None  # per model
