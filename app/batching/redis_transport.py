@@ -350,6 +350,9 @@ class WorkerOptions:
     #: agree; the margin covers the two estimates' errors (half a round trip each).
     abandon_after_s: float = 0.1
     block_ms: int = 500
+    #: wait ``max_wait_ms`` for batch-mates only after a batch of several entries (ADR 0045):
+    #: at low load a lone request is decided at once, without the top-up polls
+    adaptive_wait: bool = False
 
 
 class RedisWorker:
@@ -375,6 +378,8 @@ class RedisWorker:
         self.redis_clock = RedisClock(clock)
         self.batches = 0
         self.decided = 0
+        #: entries of the last batch read (``adaptive_wait``)
+        self._last_size = 0
         #: replies pushed before their batch ended
         self.replied_early = 0
         self._stop = asyncio.Event()
@@ -511,12 +516,17 @@ class RedisWorker:
 
         The first read blocks (Redis wakes it as soon as an entry arrives); the top-up reads do
         not, because Redis resolves short ``BLOCK`` timeouts only at its ``hz`` tick (~100 ms):
-        they poll every ``POLL_S`` until the batch is full or the wait is over.
+        they poll every ``POLL_S`` until the batch is full or the wait is over. With
+        ``adaptive_wait``, a lone entry after a batch of at most one is decided at once: no sign
+        of concurrent requesters, so no wait and no polls (ADR 0045).
         """
         opts = self.options
         limit = self.batch_limit()
         batch = await self._read(limit, opts.block_ms)
-        if not batch:
+        lone = opts.adaptive_wait and self._last_size <= 1 and len(batch) == 1
+        if batch:
+            self._last_size = len(batch)
+        if not batch or lone:
             return batch
         closes_at = time.monotonic() + opts.max_wait_ms / 1000.0
         while len(batch) < limit:
@@ -527,6 +537,7 @@ class RedisWorker:
                 break
             if not more:
                 await asyncio.sleep(min(POLL_S, remaining))
+        self._last_size = len(batch)
         return batch
 
     def _abandoned(self, request: DecisionRequest, now: float) -> bool:

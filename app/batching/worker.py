@@ -64,6 +64,7 @@ async def run_worker(settings: Settings, *, consumer: str | None = None) -> int:
         options=WorkerOptions(
             max_batch=settings.BATCH_MAX_SIZE,
             max_wait_ms=settings.BATCH_MAX_WAIT_MS,
+            adaptive_wait=settings.BATCH_ADAPTIVE_WAIT,
             claim_idle_ms=settings.REDIS_CLAIM_IDLE_MS,
             reply_ttl_s=settings.REDIS_REPLY_TTL_S,
         ),
