@@ -523,10 +523,10 @@ class RedisWorker:
         opts = self.options
         limit = self.batch_limit()
         batch = await self._read(limit, opts.block_ms)
-        lone = opts.adaptive_wait and self._last_size <= 1 and len(batch) == 1
-        if batch:
-            self._last_size = len(batch)
-        if not batch or lone:
+        if not batch:
+            return batch
+        if opts.adaptive_wait and self._last_size <= 1 and len(batch) == 1:
+            self._last_size = 1
             return batch
         closes_at = time.monotonic() + opts.max_wait_ms / 1000.0
         while len(batch) < limit:
