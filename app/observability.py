@@ -5,8 +5,9 @@ With several serving processes (``KAIROS_WORKERS`` > 1, ADR 0080) a scrape reach
 so ``/metrics`` must speak for all: ``kairos serve`` then points prometheus_client's multiprocess
 mode (``PROMETHEUS_MULTIPROC_DIR``, read when prometheus_client is imported) at a shared
 directory. Counters and histograms are summed over every process that served, gone ones
-included; the gauges over the live ones. A gauge read from a callback is written to that
-directory by each process once a second and when it answers a scrape.
+included; the gauges over the live ones (a scrape first drops those of processes that are gone,
+killed ones included). A gauge read from a callback is written to that directory by each process
+once a second and when it answers a scrape.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
@@ -32,6 +34,32 @@ GAUGE_SYNC_S = 1.0
 def multiprocess_dir() -> str | None:
     """The directory the serving processes share their metrics in, if several serve."""
     return os.environ.get(MULTIPROC_ENV) or None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+def prune_dead_gauges(shared_dir: str) -> list[int]:
+    """Take the live gauges of processes that are gone out of the sums; returns their pids.
+
+    A process removes its own at shutdown (:meth:`Metrics.shared`); one killed with SIGKILL
+    cannot, and uvicorn starts a replacement under a new pid, so its last values would be summed
+    with the replacement's until the next start."""
+    gone: set[int] = set()
+    for path in Path(shared_dir).glob("gauge_live*_*.db"):
+        tail = path.stem.rsplit("_", 1)[-1]
+        if tail.isdigit() and not _alive(int(tail)):
+            gone.add(int(tail))
+    for pid in sorted(gone):
+        mark_process_dead(pid, shared_dir)  # type: ignore[no-untyped-call]
+    return sorted(gone)
 
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -179,6 +207,7 @@ class Metrics:
         if self.shared_dir is None:
             return generate_latest(self.registry)
         self.sync()
+        prune_dead_gauges(self.shared_dir)
         merged = CollectorRegistry()
         MultiProcessCollector(merged, path=self.shared_dir)  # type: ignore[no-untyped-call]
         return generate_latest(merged)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,6 +44,15 @@ def _serving_pids(metrics_dir: Path) -> set[str]:
     }
 
 
+def _live_gauge_pids(metrics_dir: Path) -> set[str]:
+    """Processes whose live gauges are in the sums."""
+    return {
+        m.group(1)
+        for f in metrics_dir.glob("gauge_livesum_*.db")
+        if (m := re.fullmatch(r"gauge_livesum_(\d+)\.db", f.name))
+    }
+
+
 def _decide(url: str) -> int:
     # a new connection per call, so that the processes share them out
     return httpx.post(f"{url}/v1/decide", json=DECIDE_EXAMPLE, timeout=30).status_code
@@ -73,6 +83,8 @@ def test_metrics_of_either_worker_process_count_the_requests_of_both(tmp_path: P
                 statuses = list(pool.map(_decide, [url] * 16))
                 assert statuses == [200] * 16
                 sent += 16
+        before_kill = _live_gauge_pids(metrics_dir)
+        assert len(before_kill) == 2
         for _ in range(8):  # whichever process answers, it counts every request
             samples = _scrape(url)
             assert _decided(samples) == sent
@@ -82,5 +94,19 @@ def test_metrics_of_either_worker_process_count_the_requests_of_both(tmp_path: P
             assert decisions == sent
             assert samples[("kairos_decisions_in_flight", ())] == 0.0
         assert not (metrics_dir / "counter_1.db").exists()
+
+        # a worker killed with SIGKILL cannot take its gauges out; uvicorn starts a replacement
+        # under a new pid, and the scrape drops the dead one's: the sum is still two processes'
+        victim = int(sorted(_live_gauge_pids(metrics_dir))[0])
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while not (_live_gauge_pids(metrics_dir) - {str(victim)}) - before_kill:
+            assert time.monotonic() < deadline, "uvicorn did not replace the killed worker"
+            time.sleep(0.2)
+        for _ in range(8):
+            samples = _scrape(url)
+            assert samples[("kairos_admission_limit", ())] == 32.0
+            assert _decided(samples) == sent  # the dead worker's counts stay
+        assert str(victim) not in _live_gauge_pids(metrics_dir)
     # at exit each process took its live gauges out of the sums
     assert not list(metrics_dir.glob("gauge_livesum_*.db"))
