@@ -46,8 +46,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def prune_dead_gauges(shared_dir: str) -> list[int]:
-    """Take the live gauges of processes that are gone out of the sums; returns their pids.
+def prune_dead_gauges(shared_dir: str) -> None:
+    """Take the live gauges of processes that are gone out of the sums.
 
     A process removes its own at shutdown (:meth:`Metrics.shared`); one killed with SIGKILL
     cannot, and uvicorn starts a replacement under a new pid, so its last values would be summed
@@ -57,9 +57,8 @@ def prune_dead_gauges(shared_dir: str) -> list[int]:
         tail = path.stem.rsplit("_", 1)[-1]
         if tail.isdigit() and not _alive(int(tail)):
             gone.add(int(tail))
-    for pid in sorted(gone):
+    for pid in gone:
         mark_process_dead(pid, shared_dir)  # type: ignore[no-untyped-call]
-    return sorted(gone)
 
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -35,21 +35,13 @@ def _decided(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> f
     return samples.get(key, 0.0)
 
 
-def _serving_pids(metrics_dir: Path) -> set[str]:
-    """Processes that wrote a counter: those that answered a request."""
+def _pids(metrics_dir: Path, kind: str) -> set[str]:
+    """Processes with a ``kind`` file in the shared directory: ``counter`` for those that
+    answered a request, ``gauge_livesum`` for those whose live gauges are in the sums."""
     return {
         m.group(1)
-        for f in metrics_dir.glob("counter_*.db")
-        if (m := re.fullmatch(r"counter_(\d+)\.db", f.name))
-    }
-
-
-def _live_gauge_pids(metrics_dir: Path) -> set[str]:
-    """Processes whose live gauges are in the sums."""
-    return {
-        m.group(1)
-        for f in metrics_dir.glob("gauge_livesum_*.db")
-        if (m := re.fullmatch(r"gauge_livesum_(\d+)\.db", f.name))
+        for f in metrics_dir.glob(f"{kind}_*.db")
+        if (m := re.fullmatch(rf"{kind}_(\d+)\.db", f.name))
     }
 
 
@@ -78,12 +70,12 @@ def test_metrics_of_either_worker_process_count_the_requests_of_both(tmp_path: P
             time.sleep(0.2)
         sent = 0
         with ThreadPoolExecutor(16) as pool:
-            while len(_serving_pids(metrics_dir)) < 2:
+            while len(_pids(metrics_dir, "counter")) < 2:
                 assert sent < 1_000, "one process answered every request"
                 statuses = list(pool.map(_decide, [url] * 16))
                 assert statuses == [200] * 16
                 sent += 16
-        before_kill = _live_gauge_pids(metrics_dir)
+        before_kill = _pids(metrics_dir, "gauge_livesum")
         assert len(before_kill) == 2
         for _ in range(8):  # whichever process answers, it counts every request
             samples = _scrape(url)
@@ -97,16 +89,16 @@ def test_metrics_of_either_worker_process_count_the_requests_of_both(tmp_path: P
 
         # a worker killed with SIGKILL cannot take its gauges out; uvicorn starts a replacement
         # under a new pid, and the scrape drops the dead one's: the sum is still two processes'
-        victim = int(sorted(_live_gauge_pids(metrics_dir))[0])
+        victim = int(sorted(_pids(metrics_dir, "gauge_livesum"))[0])
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 90
-        while not (_live_gauge_pids(metrics_dir) - {str(victim)}) - before_kill:
+        while not (_pids(metrics_dir, "gauge_livesum") - {str(victim)}) - before_kill:
             assert time.monotonic() < deadline, "uvicorn did not replace the killed worker"
             time.sleep(0.2)
         for _ in range(8):
             samples = _scrape(url)
             assert samples[("kairos_admission_limit", ())] == 32.0
             assert _decided(samples) == sent  # the dead worker's counts stay
-        assert str(victim) not in _live_gauge_pids(metrics_dir)
+        assert str(victim) not in _pids(metrics_dir, "gauge_livesum")
     # at exit each process took its live gauges out of the sums
     assert not list(metrics_dir.glob("gauge_livesum_*.db"))
