@@ -95,6 +95,12 @@ def test_metrics_of_either_worker_process_count_the_requests_of_both(tmp_path: P
         while not (_pids(metrics_dir, "gauge_livesum") - {str(victim)}) - before_kill:
             assert time.monotonic() < deadline, "uvicorn did not replace the killed worker"
             time.sleep(0.2)
+        # the replacement's gauges exist from its start, at 0 until its lifespan sets them: wait
+        # for its limit; the dead worker's 16 must never be in the sum (48)
+        while (limit := _scrape(url)[("kairos_admission_limit", ())]) != 32.0:
+            assert limit < 32.0, f"the killed worker's gauge is still summed ({limit})"
+            assert time.monotonic() < deadline, "the replacement never set its gauges"
+            time.sleep(0.2)
         for _ in range(8):
             samples = _scrape(url)
             assert samples[("kairos_admission_limit", ())] == 32.0
