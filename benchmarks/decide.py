@@ -25,6 +25,10 @@ the answers' latency, as an orchestrator's scheduling cycles would. Below satura
 the latency a batch adds to its members, which closed-loop clients cannot (there, latency is
 clients / throughput once the server is saturated).
 
+The ``no-decision`` cell is the whole service (middleware, validation, batcher, storage,
+response) with every decision replaced by an empty one: what the service costs around a decision
+that costs nothing, so the most any policy could reach against the ceiling (ADR 0082).
+
 Last, the work floor: what the core decision alone costs in this process (the same snapshots,
 the same policies, no HTTP, no storage), and the rough bound it puts on one serving process,
 ``1 / (1 / ceiling + decision)`` requests/s, beside the ceiling.
@@ -72,6 +76,40 @@ def bare_app() -> Any:
         return {"status": "ok"}
 
     return app
+
+
+#: the ``no-decision`` cell: the whole service around a decision that costs nothing
+NO_DECISION = "no-decision"
+
+
+def no_decision_app() -> Any:
+    """The full Kairos app (middleware, validation, batcher, storage, response) with every
+    decision replaced by an empty one: nothing starts, nothing is reserved. Each decision is
+    still stored and answered as usual, so this cell measures what the service costs around a
+    decision that costs nothing, a bound on what any policy can reach against the ceiling.
+
+    It patches the decision function of this server process's pipeline module; the process
+    serves only this cell."""
+    from collections.abc import Sequence
+
+    import app.batching.pipeline as pipeline
+    from app.domain.types import Decision, PolicyRef
+    from app.main import create_app
+    from app.policy.selector import DecisionOutcome, DecisionRequest
+
+    def decide_nothing(
+        requests: Sequence[DecisionRequest], *_: object, **__: object
+    ) -> list[DecisionOutcome]:
+        return [
+            DecisionOutcome(
+                r.request_id,
+                Decision((), (), len(r.state.pending), PolicyRef(r.policy, "none", "onnx")),
+            )
+            for r in requests
+        ]
+
+    setattr(pipeline, "decide_many", decide_nothing)  # noqa: B010 (a deliberate patch)
+    return create_app()
 
 
 def snapshot(policy: str, seed: int = 0) -> dict[str, Any]:
@@ -207,22 +245,15 @@ def start(
         env["KAIROS_REDIS_URL"] = redis_url
         env["KAIROS_REDIS_PREFIX"] = f"bench-{uuid.uuid4().hex[:8]}"
     procs = []
-    if name == "ceiling":
-        procs.append(
-            _spawn(
-                [
-                    "-m",
-                    "uvicorn",
-                    "--factory",
-                    "benchmarks.decide:bare_app",
-                    "--port",
-                    str(port),
-                    "--log-level",
-                    "warning",
-                ],
-                env,
-            )
-        )
+    factory = {"ceiling": "bare_app", NO_DECISION: "no_decision_app"}.get(name)
+    if factory is not None:
+        if name == NO_DECISION:  # uvicorn serves the app without the schema upgrade serve runs
+            subprocess.run([sys.executable, "-m", "kairos", "migrate"], cwd=ROOT, env=env,
+                           check=True, capture_output=True)  # fmt: skip
+        uvicorn = ["-m", "uvicorn", "--factory", f"benchmarks.decide:{factory}"]
+        if name == NO_DECISION:  # as many processes as ``kairos serve`` runs in the other cells
+            uvicorn += ["--workers", env.get("KAIROS_WORKERS", "1")]
+        procs.append(_spawn([*uvicorn, "--port", str(port), "--log-level", "warning"], env))
     else:
         procs.append(_spawn(["-m", "kairos", "serve", "--port", str(port)], env))
         procs += [_spawn(["-m", "kairos", "worker"], env) for _ in range(workers)]
@@ -647,7 +678,11 @@ Config = tuple[str, str | None, int, dict[str, str]]
 
 def server_configs(args: argparse.Namespace) -> list[Config]:
     """The servers of this run, in order: (name, Redis URL or None, workers, extra environment)."""
-    configs: list[Config] = [("ceiling", None, 0, {}), ("embedded", None, 0, {})]
+    configs: list[Config] = [
+        ("ceiling", None, 0, {}),
+        (NO_DECISION, None, 0, {}),
+        ("embedded", None, 0, {}),
+    ]
     configs += admission_configs(args.admit)
     if not args.skip_redis:
         configs += [("redis-1w", args.redis_url, 1, {}), ("redis-2w", args.redis_url, 2, {})]
@@ -706,9 +741,15 @@ def verdicts(results: dict[tuple[str, int], Result]) -> list[str]:
     ]
     if ratios:
         best = max(ratios)
+        floors = [
+            results[(NO_DECISION, c)].rps / results[("ceiling", c)].rps
+            for c in levels
+            if (NO_DECISION, c) in results
+        ]
+        floor = f"; with no decision at all: {max(floors):.2f}" if floors else ""
         out.append(
             f"{'met' if best >= 0.8 else 'NOT met'}: embedded >= 0.8 x ceiling "
-            f"(best {best:.2f} over {','.join(map(str, levels))} clients)"
+            f"(best {best:.2f} over {','.join(map(str, levels))} clients{floor})"
         )
     if ("embedded", 32) in results:
         p99 = results[("embedded", 32)].p99_ms

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from benchmarks import decide as bench
@@ -127,6 +128,33 @@ def test_the_targets_are_judged_from_the_measured_cells() -> None:
     )
     assert results[("redis-2w", 32)].model_rps == 145.0
     assert bench.verdicts({("ceiling", 1): cell(1.0)}) == []
+    results[("no-decision", 8)] = cell(250.0)
+    results[("no-decision", 32)] = cell(300.0)
+    assert bench.verdicts(results)[0] == (
+        "met: embedded >= 0.8 x ceiling (best 0.85 over 8,32 clients; with no decision at all: "
+        "0.30)"
+    )
+
+
+def test_the_no_decision_cell_serves_and_stores_empty_decisions(tmp_path: Path) -> None:
+    """The whole service, with every decision replaced by an empty one: answered and stored as
+    a real one would be, and nothing decided."""
+    models, policy = bench.model_dir(tmp_path)
+    server = bench.start(bench.NO_DECISION, tmp_path, models, None, 0)
+    try:
+        body = bench.snapshot(policy)
+        answer = httpx.post(f"{server.url}/v1/decide", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        decision = answer.json()
+        assert decision["allocations"] == []
+        assert decision["reservations"] == []
+        assert decision["queue_length"] == len(body["pending"])
+        assert decision["fallback"]["used"] is False
+        stored = httpx.get(f"{server.url}/v1/decisions/{decision['id']}", timeout=30)
+        assert stored.status_code == 200, stored.text
+        assert len(stored.json()["input"]["pending"]) == len(body["pending"])
+    finally:
+        server.stop()
 
 
 def test_admit_names_limit_and_deadline_cells() -> None:
@@ -217,9 +245,10 @@ def test_redis_admit_adds_redis_cells_under_deadline_admission() -> None:
         parser_args = bench.build_parser().parse_args(list(argv))
         return [name for name, *_ in bench.server_configs(parser_args)]
 
-    assert names() == ["ceiling", "embedded", "redis-1w", "redis-2w"]
+    assert names() == ["ceiling", "no-decision", "embedded", "redis-1w", "redis-2w"]
     assert names("--redis-admit") == [
         "ceiling",
+        "no-decision",
         "embedded",
         "redis-1w",
         "redis-2w",
@@ -228,6 +257,7 @@ def test_redis_admit_adds_redis_cells_under_deadline_admission() -> None:
     ]
     assert names("--skip-redis", "--redis-admit", "--admit", "deadline") == [
         "ceiling",
+        "no-decision",
         "embedded",
         "admit-dl",
     ]
