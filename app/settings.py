@@ -39,10 +39,8 @@ class Settings(BaseSettings):
     MAX_DECISIONS_IN_FLIGHT: int = Field(default=1024, ge=0)
     #: ``deadline``: also keep an adaptive limit on decisions in flight, cut while decisions
     #: miss their deadline and raised while they meet it, and refuse (429 ``overloaded``) past
-    #: it (ADR 0077). ``fallback``: the same adaptive limit, but a decision past it is decided
-    #: at once by its fallback heuristic (``fallback.reason: overloaded``) instead of refused
-    #: (ADR 0083); the limit above still refuses. ``limit``: only the limit above.
-    ADMISSION: Literal["limit", "deadline", "fallback"] = "limit"
+    #: it (ADR 0077). ``limit``: only the limit above.
+    ADMISSION: Literal["limit", "deadline"] = "limit"
     #: Where ``KAIROS_ADMISSION=deadline``'s adaptive limit starts (never above
     #: MAX_DECISIONS_IN_FLIGHT when that is set).
     ADMISSION_INITIAL_LIMIT: float = Field(default=16.0, ge=1)

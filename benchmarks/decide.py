@@ -575,10 +575,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--admit",
         default="",
         help="also run the embedded default with admission: N for "
-        "KAIROS_MAX_DECISIONS_IN_FLIGHT=N, 'deadline' for KAIROS_ADMISSION=deadline, "
-        "'fallback' for KAIROS_ADMISSION=fallback, e.g. 16,deadline,fallback (refused requests "
-        "are 429s, counted as refused; closed-loop clients honour Retry-After; under 'fallback' "
-        "the shed ones are answered by the fallback heuristic at once, counted as fallbacks)",
+        "KAIROS_MAX_DECISIONS_IN_FLIGHT=N, 'deadline' for KAIROS_ADMISSION=deadline, e.g. "
+        "16,deadline (shed requests are 429s, counted as refused; closed-loop clients honour "
+        "Retry-After)",
     )
     parser.add_argument(
         "--rates",
@@ -703,14 +702,10 @@ def admission_configs(spec: str) -> list[Config]:
     for item in (i.strip() for i in spec.split(",") if i.strip()):
         if item == "deadline":
             out.append(("admit-dl", None, 0, {"KAIROS_ADMISSION": "deadline"}))
-        elif item == "fallback":
-            out.append(("admit-fb", None, 0, {"KAIROS_ADMISSION": "fallback"}))
         elif item.isdigit() and int(item) > 0:
             out.append((f"admit-{item}", None, 0, {"KAIROS_MAX_DECISIONS_IN_FLIGHT": item}))
         else:
-            raise SystemExit(
-                f"--admit: {item!r} is neither a positive integer, 'deadline' nor 'fallback'"
-            )
+            raise SystemExit(f"--admit: {item!r} is neither a positive integer nor 'deadline'")
     return out
 
 

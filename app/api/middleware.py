@@ -175,7 +175,7 @@ class AdmissionMiddleware:
             # built in lifespan, after the middleware stack: read from the app's state
             gate: DecisionGate = scope["app"].state.decisions.gate
             refusal = gate.refusal()
-            if refusal is not None and not gate.sheds(refusal):  # a shed one needs its body
+            if refusal is not None:
                 route = _DECIDE_ROUTES[decides.group(1) or decides.group(2)]
                 scope.setdefault("state", {})["early_route"] = route
                 if await _answer_from_key(scope, receive, send, self.answered):

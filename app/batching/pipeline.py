@@ -161,7 +161,7 @@ class DecisionPipeline:
                 logger.warning("request %s: queue failed (%s); in-process", request.request_id, exc)
             else:
                 if reply is None:
-                    return await self._late(request, "no worker answered before the deadline")
+                    return await self._fallback(request, "no worker answered before the deadline")
                 outcome, batch_size, leader = reply
                 if leader and self._on_batch is not None:
                     self._on_batch(batch_size)
@@ -183,9 +183,9 @@ class DecisionPipeline:
                 self._remaining(request) + self.options.grace_s,
             )
         except TimeoutError:
-            return await self._late(request, "the batch did not finish before the deadline")
+            return await self._fallback(request, "the batch did not finish before the deadline")
         except BatcherClosedError:
-            return await self._late(request, "the batcher is stopped")
+            return await self._fallback(request, "the batcher is stopped")
 
     # A heuristic-only request gains nothing from a batch (heuristics decide one request at a
     # time), so it skips the batcher and its wait. A small one is decided right on the event loop
@@ -194,7 +194,7 @@ class DecisionPipeline:
 
     async def _inline(self, request: DecisionRequest) -> DecisionOutcome:
         if not self.batcher.running:
-            return await self._late(request, "the batcher is stopped")
+            return await self._fallback(request, "the batcher is stopped")
         outcome = self._decide_batch([request])[0]
         self._observe_local_batch(1, 0.0)
         return outcome
@@ -207,18 +207,14 @@ class DecisionPipeline:
         self._observe_local_batch(1, 0.0)
         return outcomes[0]
 
-    async def _late(self, request: DecisionRequest, detail: str) -> DecisionOutcome:
-        return await self.fallback(request, FallbackReason.DEADLINE_EXCEEDED, detail)
-
-    async def fallback(
-        self, request: DecisionRequest, reason: FallbackReason, detail: str
-    ) -> DecisionOutcome:
-        """``request`` decided by its fallback heuristic, for ``reason``, without the batcher."""
+    async def _fallback(self, request: DecisionRequest, detail: str) -> DecisionOutcome:
         # a small fallback is decided on the event loop, like any small heuristic request (ADR
         # 0055): under overload a thread hop per expired request only adds GIL hand-offs
         if _cells(request) <= self.options.inline_max_cells:
-            return fallback_outcome(request, reason, detail)
-        return await asyncio.to_thread(fallback_outcome, request, reason, detail)
+            return fallback_outcome(request, FallbackReason.DEADLINE_EXCEEDED, detail)
+        return await asyncio.to_thread(
+            fallback_outcome, request, FallbackReason.DEADLINE_EXCEEDED, detail
+        )
 
 
 def _is_heuristic(name: str) -> bool:

@@ -75,9 +75,6 @@ class FallbackReason(StrEnum):
     ALL_MASKED = "all_masked"
     INVALID_PICK = "invalid_pick"
     DEADLINE_EXCEEDED = "deadline_exceeded"
-    #: the replica was past its adaptive admission limit: the fallback decided at once
-    #: (``KAIROS_ADMISSION=fallback``, ADR 0083)
-    OVERLOADED = "overloaded"
 
 
 _INFERENCE_REASONS = {

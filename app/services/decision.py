@@ -45,7 +45,6 @@ from app.domain.types import (
     PolicyRef,
 )
 from app.policy.selector import DecisionRequest as PipelineRequest
-from app.policy.selector import FallbackReason as PipelineReason
 from app.services.errors import TooManyRequestsError
 from app.settings import Settings
 
@@ -64,9 +63,6 @@ class FallbackReason(StrEnum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     #: the primary's decision broke an invariant (over-allocation, duplicate job, ...)
     INVALID_DECISION = "invalid_decision"
-    #: the replica was past its adaptive admission limit: the fallback decided at once
-    #: (``KAIROS_ADMISSION=fallback``, ADR 0083)
-    OVERLOADED = "overloaded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,11 +221,6 @@ class DecisionGate:
     ``floor`` nor above ``limit``. No rate is estimated, so nothing assumes the pace is the same
     at every concurrency. Only the event loop touches the gate.
 
-    With ``shed_to_fallback`` too, a decision past the adaptive limit is not refused: the caller
-    decides it at once with its fallback heuristic (:meth:`sheds`; ADR 0083). It is not
-    admitted, so it counts neither in flight nor in the limit's learning. The hard ``limit``
-    still refuses.
-
     The class attributes are the defaults; a service takes them from its settings
     (``KAIROS_ADMISSION_INITIAL_LIMIT``, ``KAIROS_ADMISSION_MIN_LIMIT``,
     ``KAIROS_ADMISSION_BACKOFF``, ``KAIROS_RETRY_AFTER_S``).
@@ -255,10 +246,7 @@ class DecisionGate:
         floor: float = FLOOR,
         backoff: float = BACKOFF,
         retry_after_s: int = RETRY_AFTER_S,
-        shed_to_fallback: bool = False,
     ) -> None:
-        if shed_to_fallback and not by_deadline:
-            raise ValueError("shedding to the fallback needs the adaptive limit (by_deadline)")
         if not 1.0 <= floor <= initial:
             raise ValueError(f"the adaptive limit needs 1 <= floor <= initial ({floor}, {initial})")
         if not 0.0 < backoff < 1.0:
@@ -268,7 +256,6 @@ class DecisionGate:
         #: 0: no limit
         self.limit = limit
         self.by_deadline = by_deadline
-        self.shed_to_fallback = shed_to_fallback
         self.floor = floor
         self.backoff = backoff
         self.retry_after_s = retry_after_s
@@ -301,11 +288,6 @@ class DecisionGate:
                 "(KAIROS_ADMISSION=deadline)",
             )
         return None
-
-    def sheds(self, refusal: Refusal) -> bool:
-        """True when ``refusal`` is answered by the request's fallback at once instead of a 429:
-        the adaptive limit's refusals, with ``shed_to_fallback``."""
-        return self.shed_to_fallback and refusal.reason == "deadline"
 
     def refuse(self, refusal: Refusal) -> TooManyRequestsError:
         """Count ``refusal`` and give the error that answers it (429 ``overloaded``)."""
@@ -357,8 +339,7 @@ def gate_from_settings(settings: Settings) -> DecisionGate:
     adaptive limit's ``KAIROS_ADMISSION_*`` settings describe."""
     return DecisionGate(
         settings.MAX_DECISIONS_IN_FLIGHT,
-        by_deadline=settings.ADMISSION in ("deadline", "fallback"),
-        shed_to_fallback=settings.ADMISSION == "fallback",
+        by_deadline=settings.ADMISSION == "deadline",
         initial=settings.ADMISSION_INITIAL_LIMIT,
         floor=settings.ADMISSION_MIN_LIMIT,
         backoff=settings.ADMISSION_BACKOFF,
@@ -516,13 +497,8 @@ class DecisionService:
         ``request_id`` identifies the request end to end (the pipeline's idempotency key).
         Raises :class:`InvalidSnapshotError` for an inconsistent snapshot and
         :class:`TooManyRequestsError` when this process is at its limit (nothing is decided).
-        Past the adaptive limit of ``KAIROS_ADMISSION=fallback`` the fallback decides at once
-        instead (``fallback.reason: overloaded``).
         """
         deadline = self.default_deadline_s if deadline_s is None else deadline_s
-        refusal = self.gate.refusal()
-        if refusal is not None and self.gate.sheds(refusal):
-            return await self._decide(state, spec, request_id, deadline, shed=refusal.message)
         with self.gate.admit(deadline):
             return await self._decide(state, spec, request_id, deadline)
 
@@ -532,9 +508,7 @@ class DecisionService:
         spec: DecisionSpec,
         request_id: str,
         deadline_s: float | None,
-        shed: str | None = None,
     ) -> DecisionOutcome:
-        """``shed``: why the gate sheds this decision; the fallback then decides at once."""
         started = time.perf_counter()
         try:
             validate_snapshot(state)
@@ -547,11 +521,8 @@ class DecisionService:
         deadline = self.default_deadline_s if deadline_s is None else deadline_s
         if self.pipeline is not None:
             decision, reason, shadow = await self._via_pipeline(
-                state, spec, config, deadline, request_id, shed
+                state, spec, config, deadline, request_id
             )
-        elif shed is not None:
-            decision = await self._fallback(state, spec.fallback, config, request_id)
-            reason, shadow = str(FallbackReason.OVERLOADED), None
         else:
             primary, why = await self._primary(state, spec.policy, config, deadline, request_id)
             if primary is None:
@@ -579,24 +550,20 @@ class DecisionService:
         config: DecisionConfig,
         deadline_s: float,
         request_id: str,
-        shed: str | None = None,
     ) -> tuple[Decision, str | None, ShadowOutcome | None]:
-        """The pipeline decides (ONNX or heuristic, batched, maybe on a worker; ADR 0042); a
-        ``shed`` decision only by its fallback, at once (no shadow either)."""
+        """The pipeline decides (ONNX or heuristic, batched, maybe on a worker; ADR 0042)."""
         assert self.pipeline is not None
-        request = PipelineRequest(
-            request_id=request_id,
-            state=state,
-            config=config,
-            policy=spec.policy,
-            fallback=spec.fallback,
-            shadow=None if shed is not None else spec.shadow_policy,
-            deadline=time.time() + deadline_s,
+        result = await self.pipeline.decide(
+            PipelineRequest(
+                request_id=request_id,
+                state=state,
+                config=config,
+                policy=spec.policy,
+                fallback=spec.fallback,
+                shadow=spec.shadow_policy,
+                deadline=time.time() + deadline_s,
+            )
         )
-        if shed is not None:
-            result = await self.pipeline.fallback(request, PipelineReason.OVERLOADED, shed)
-        else:
-            result = await self.pipeline.decide(request)
         reason: str | None = None if result.fallback_reason is None else str(result.fallback_reason)
         decision: Decision | None = result.decision
         if decision is None:
