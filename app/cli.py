@@ -17,6 +17,10 @@ from app.settings import Settings, get_settings
 logger = logging.getLogger(__name__)
 
 
+#: what ``kairos serve`` serves
+APP_FACTORY = "app.main:create_app"
+
+
 def _serve(args: Sequence[str]) -> int:
     import uvicorn
 
@@ -25,29 +29,58 @@ def _serve(args: Sequence[str]) -> int:
     parser.add_argument("--host", default=settings.HOST, help="default: KAIROS_HOST")
     parser.add_argument("--port", type=int, default=settings.PORT, help="default: KAIROS_PORT")
     parser.add_argument(
-        "--workers", type=int, default=settings.WORKERS, help="uvicorn worker processes"
+        "--workers",
+        type=int,
+        default=settings.WORKERS,
+        help="worker processes, each on its own SO_REUSEPORT socket (default: KAIROS_WORKERS)",
     )
     parser.add_argument(
         "--no-migrate", action="store_true", help="do not upgrade the schema before serving"
     )
+    parser.add_argument(
+        "--app",
+        default=APP_FACTORY,
+        help=f"import string of the ASGI app factory (default {APP_FACTORY}; benchmarks serve "
+        "an instrumented one)",
+    )
     opts = parser.parse_args(args)
     if not opts.no_migrate:
         _migrate_now(settings)  # once, before workers fork, so they never race to migrate
-    made = _share_metrics(settings) if opts.workers > 1 else None
-    try:
+    if opts.workers <= 1:
         uvicorn.run(
-            "app.main:create_app",
+            opts.app,
             factory=True,
             host=opts.host,
             port=opts.port,
+            log_level=settings.LOG_LEVEL,
+            proxy_headers=False,
+        )
+        return 0
+    from app.serving import Supervisor, claim_port
+
+    try:
+        port = claim_port(opts.host, opts.port)
+    except OSError as exc:
+        message = f"kairos serve: cannot listen on {opts.host}:{opts.port}: {exc}"
+        print(message, file=sys.stderr)  # noqa: T201
+        return 1
+    made = _share_metrics(settings)
+    try:
+        # each worker on its own SO_REUSEPORT socket, so the kernel shares connections out
+        # (uvicorn's supervisor shares one socket, and one worker takes a burst; ADR 0084)
+        config = uvicorn.Config(
+            opts.app,
+            factory=True,
+            host=opts.host,
+            port=port,
             workers=opts.workers,
             log_level=settings.LOG_LEVEL,
             proxy_headers=False,
         )
+        return Supervisor(config, opts.workers).run()
     finally:
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
-    return 0
 
 
 #: prometheus_client's multiprocess switch (``app.observability.MULTIPROC_ENV``; not imported

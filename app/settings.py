@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     #: and a background purge deletes it, every IDEMPOTENCY_PURGE_INTERVAL_S (ADR 0021).
     IDEMPOTENCY_TTL_S: int = Field(default=86_400, ge=0)
     IDEMPOTENCY_PURGE_INTERVAL_S: float = Field(default=600.0, gt=0)
-    #: uvicorn worker processes for ``kairos serve``.
+    #: Worker processes of ``kairos serve``, each on its own ``SO_REUSEPORT`` socket (ADR 0084).
     WORKERS: int = Field(default=1, ge=1)
     #: With WORKERS > 1: the directory the worker processes share their metrics in, so that
     #: ``/metrics`` of any of them speaks for all (ADR 0080; emptied at start). Unset: a new

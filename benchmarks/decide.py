@@ -157,7 +157,7 @@ def _children(pid: int) -> list[int]:
 
 def _cpu_seconds(pid: int) -> float | None:
     """CPU seconds of ``pid`` and its live descendants (``kairos serve`` with
-    ``KAIROS_WORKERS`` > 1 serves from uvicorn's child processes); None without procfs."""
+    ``KAIROS_WORKERS`` > 1 serves from child processes); None without procfs."""
     own = _own_cpu_seconds(pid)
     if own is None:
         return None
@@ -245,17 +245,12 @@ def start(
         env["KAIROS_REDIS_URL"] = redis_url
         env["KAIROS_REDIS_PREFIX"] = f"bench-{uuid.uuid4().hex[:8]}"
     procs = []
-    factory = {"ceiling": "bare_app", NO_DECISION: "no_decision_app"}.get(name)
-    if factory is not None:
-        if name == NO_DECISION:  # uvicorn serves the app without the schema upgrade serve runs
-            subprocess.run([sys.executable, "-m", "kairos", "migrate"], cwd=ROOT, env=env,
-                           check=True, capture_output=True)  # fmt: skip
-        uvicorn = ["-m", "uvicorn", "--factory", f"benchmarks.decide:{factory}"]
-        if name == NO_DECISION:  # as many processes as ``kairos serve`` runs in the other cells
-            uvicorn += ["--workers", env.get("KAIROS_WORKERS", "1")]
+    if name == "ceiling":
+        uvicorn = ["-m", "uvicorn", "--factory", "benchmarks.decide:bare_app"]
         procs.append(_spawn([*uvicorn, "--port", str(port), "--log-level", "warning"], env))
-    else:
-        procs.append(_spawn(["-m", "kairos", "serve", "--port", str(port)], env))
+    else:  # the no-decision cell: the same server, with its decisions replaced
+        app = ["--app", "benchmarks.decide:no_decision_app"] if name == NO_DECISION else []
+        procs.append(_spawn(["-m", "kairos", "serve", "--port", str(port), *app], env))
         procs += [_spawn(["-m", "kairos", "worker"], env) for _ in range(workers)]
     url = f"http://127.0.0.1:{port}"
     _wait_up(url)

@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
+import pytest
+from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.schemas.decision import DECIDE_EXAMPLE
@@ -43,6 +48,37 @@ def _pids(metrics_dir: Path, kind: str) -> set[str]:
         for f in metrics_dir.glob(f"{kind}_*.db")
         if (m := re.fullmatch(rf"{kind}_(\d+)\.db", f.name))
     }
+
+
+def _listeners(port: int) -> int:
+    """Listening TCP sockets on ``port`` (IPv4), from ``/proc/net/tcp``."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state = fields[1], fields[3]
+        if state == "0A" and int(local.split(":")[1], 16) == port:  # 0A: LISTEN
+            count += 1
+    return count
+
+
+def _decides_by_pid(metrics_dir: Path) -> dict[str, float]:
+    """``POST /v1/decide`` requests each process counted, from its own counter file."""
+    out: dict[str, float] = {}
+    for pid in _pids(metrics_dir, "counter"):
+        path = metrics_dir / f"counter_{pid}.db"
+        for key, value, *_ in MmapedDict.read_all_values_from_file(str(path)):
+            _, name, labels, *_ = json.loads(key)
+            if name == "kairos_http_requests_total" and labels.get("route") == "/v1/decide":
+                out[pid] = out.get(pid, 0.0) + value
+    return out
+
+
+def _status(connection: socket.socket) -> int:
+    """The status of the answer on ``connection`` (read to its end: ``Connection: close``)."""
+    answer = b""
+    while chunk := connection.recv(65536):
+        answer += chunk
+    return int(answer.split(b" ", 2)[1])
 
 
 def _decide(url: str) -> int:
@@ -108,3 +144,56 @@ def test_metrics_of_either_worker_process_count_the_requests_of_both(tmp_path: P
         assert str(victim) not in _pids(metrics_dir, "gauge_livesum")
     # at exit each process took its live gauges out of the sums
     assert not list(metrics_dir.glob("gauge_livesum_*.db"))
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp")
+def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_is_shared(
+    tmp_path: Path,
+) -> None:
+    """Each worker has its own ``SO_REUSEPORT`` socket, and the kernel shares connections out
+    among them (ADR 0084); uvicorn's supervisor shares one socket, and a few keep-alive
+    connections could all land on the worker that woke first."""
+    metrics_dir = tmp_path / "metrics"
+    env = {
+        **os.environ,
+        "KAIROS_DATABASE_URL": f"sqlite:///{tmp_path / 'kairos.db'}",
+        "KAIROS_WORKERS": "2",
+        "KAIROS_METRICS_DIR": str(metrics_dir),
+        "KAIROS_LOG_LEVEL": "warning",
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    with kairos_serve(env, tmp_path / "serve.log", start_timeout_s=120) as url:
+        deadline = time.monotonic() + 60
+        while _scrape(url).get(("kairos_admission_limit", ())) != 32.0:
+            assert time.monotonic() < deadline, "the two workers never both started"
+            time.sleep(0.2)
+        port = urlsplit(url).port
+        assert port is not None
+        # a worker listens once its lifespan has run, just after it sets its gauges
+        while _listeners(port) < 2:
+            assert time.monotonic() < deadline, f"{_listeners(port)} listening socket(s)"
+            time.sleep(0.1)
+        assert _listeners(port) == 2
+        # 32 connections opened back to back before any request, as a client's pool opens
+        # them; then one decision on each: all 32 on one worker has odds of 2 in 2**32. (The
+        # listening sockets above are what tells this design from uvicorn's shared socket:
+        # there, the benchmark's 8 keep-alive connections all went to one worker, but a burst
+        # like this one was shared out too)
+        body = json.dumps(DECIDE_EXAMPLE).encode()
+        request = (
+            f"POST /v1/decide HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        ).encode() + body
+        connections = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(32)]
+        try:
+            for connection in connections:
+                connection.sendall(request)
+            statuses = [_status(connection) for connection in connections]
+        finally:
+            for connection in connections:
+                connection.close()
+        assert statuses == [200] * 32
+        served = _decides_by_pid(metrics_dir)
+        assert sum(served.values()) == 32
+        assert len(served) == 2, served
