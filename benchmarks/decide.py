@@ -567,6 +567,16 @@ def build_parser() -> argparse.ArgumentParser:
         "its deadline instead of queueing it for the workers",
     )
     parser.add_argument(
+        "--redis-api-processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve the API of the Redis cells from N processes (KAIROS_WORKERS=N there only; "
+        "default: as the environment says, like every Kairos cell). One API process is the "
+        "bottleneck of 1 worker as of 2: more workers only add answers once the API can send "
+        "them more requests",
+    )
+    parser.add_argument(
         "--admit",
         default="",
         help="also run the embedded default with admission: N for "
@@ -608,6 +618,8 @@ def main(argv: list[str]) -> int:
             finally:
                 server.stop()
         print(f"/v1/decide, 16 nodes x 64 jobs, policy {policy}, {args.seconds:.0f} s per cell")
+        if not args.skip_redis and args.redis_api_processes is not None:
+            print(f"(the Redis cells' API: {args.redis_api_processes} processes)")
         print(
             _row(
                 "config",
@@ -680,9 +692,11 @@ def server_configs(args: argparse.Namespace) -> list[Config]:
     ]
     configs += admission_configs(args.admit)
     if not args.skip_redis:
-        configs += [("redis-1w", args.redis_url, 1, {}), ("redis-2w", args.redis_url, 2, {})]
+        n = args.redis_api_processes
+        api = {} if n is None else {"KAIROS_WORKERS": str(n)}
+        configs += [("redis-1w", args.redis_url, 1, api), ("redis-2w", args.redis_url, 2, api)]
         if args.redis_admit:
-            deadline = {"KAIROS_ADMISSION": "deadline"}
+            deadline = {**api, "KAIROS_ADMISSION": "deadline"}
             configs += [
                 ("redis-1w-dl", args.redis_url, 1, deadline),
                 ("redis-2w-dl", args.redis_url, 2, deadline),

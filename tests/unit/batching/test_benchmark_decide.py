@@ -265,4 +265,15 @@ def test_redis_admit_adds_redis_cells_under_deadline_admission() -> None:
     for name, url, workers, env in bench.server_configs(parsed)[-2:]:
         assert url == parsed.redis_url
         assert workers == (1 if name == "redis-1w-dl" else 2)
+        assert "KAIROS_WORKERS" not in env  # as the environment says
         assert env == {"KAIROS_ADMISSION": "deadline"}
+
+
+def test_the_redis_cells_api_can_run_in_several_processes() -> None:
+    parsed = bench.build_parser().parse_args(["--redis-admit", "--redis-api-processes", "2"])
+    configs = {name: env for name, _, _, env in bench.server_configs(parsed)}
+    for name in ("redis-1w", "redis-2w", "redis-1w-dl", "redis-2w-dl"):
+        assert configs[name]["KAIROS_WORKERS"] == "2"
+    assert configs["redis-2w-dl"]["KAIROS_ADMISSION"] == "deadline"
+    for name in ("embedded", "no-decision"):
+        assert "KAIROS_WORKERS" not in configs[name]
