@@ -122,11 +122,20 @@ def test_the_targets_are_judged_from_the_measured_cells() -> None:
     assert lines[0].startswith("met: embedded >= 0.8 x ceiling (best 0.85")
     assert lines[1].startswith("NOT met: embedded p99 < 25 ms at 32 clients (30.0 ms")
     assert "40.0 ms" in lines[1]
+    # 1 worker served the most req/s (mostly fallbacks), 2 workers the most model answers
     assert lines[2] == (
-        "NOT met: 2 workers > 1 worker (more throughput at 1 of 2 client counts; "
-        "more answers from the policy itself, model/s, at 2 of 2)"
+        "NOT met: redis-2w > redis-1w, peak throughput 290 vs 300 req/s, 250 vs 200 model/s "
+        "(more req/s at 1 of 2 client counts, more model/s at 2 of 2)"
     )
     assert results[("redis-2w", 32)].model_rps == 145.0
+    results[("redis-1w-dl", 8)] = cell(200.0)
+    results[("redis-2w-dl", 8)] = cell(150.0)
+    results[("redis-1w-dl", 32)] = cell(250.0)
+    results[("redis-2w-dl", 32)] = cell(260.0)
+    assert bench.verdicts(results)[3] == (
+        "met: redis-2w-dl > redis-1w-dl, peak throughput 260 vs 250 req/s, 260 vs 250 model/s "
+        "(more req/s at 1 of 2 client counts, more model/s at 1 of 2)"
+    )
     assert bench.verdicts({("ceiling", 1): cell(1.0)}) == []
     results[("no-decision", 8)] = cell(250.0)
     results[("no-decision", 32)] = cell(300.0)
