@@ -77,7 +77,14 @@ def _serve(args: Sequence[str]) -> int:
             log_level=settings.LOG_LEVEL,
             proxy_headers=False,
         )
-        return Supervisor(config, opts.workers).run()
+        heartbeats = Path(settings.HEARTBEAT_DIR) if settings.HEARTBEAT_DIR else None
+        supervisor = Supervisor(
+            config,
+            opts.workers,
+            hang_timeout_s=settings.WORKER_HANG_TIMEOUT_S,
+            heartbeat_dir=heartbeats,
+        )
+        return supervisor.run()
     finally:
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)

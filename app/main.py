@@ -31,6 +31,7 @@ from app.db.engine import make_engine
 from app.db.migrate import is_behind, upgrade_to_head
 from app.db.session import Database
 from app.gc_tuning import freeze_startup_heap, thaw
+from app.heartbeat import beating
 from app.observability import Metrics, multiprocess_dir
 from app.services.decision import DecisionService, gate_from_settings
 from app.services.idempotency import IdempotencyJanitor
@@ -99,7 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.decision_writer = writer
             if settings.GC_FREEZE:
                 freeze_startup_heap()
-            async with metrics.shared():
+            async with metrics.shared(), beating(settings.HEARTBEAT_DIR):
                 yield
         finally:
             if settings.GC_FREEZE:

@@ -8,10 +8,11 @@ on one process while the others idle. Here each worker binds its own socket to t
 ``SO_REUSEPORT``, and the kernel gives each new connection to one of them by a hash of the
 connection's addresses and ports.
 
-The supervisor starts the workers and restarts one that dies. A worker that exits with uvicorn's
-start-up failure code stops them all, since the next one would fail the same way. On SIGINT or
-SIGTERM it sends SIGTERM to the workers, which shut down gracefully, and waits for them.
-Unlike uvicorn's supervisor it does not ping workers, so a hung worker is not replaced.
+The supervisor starts the workers and restarts one that dies. It also replaces (SIGKILL, then a
+new one) a worker whose event loop has stopped beating (:mod:`app.heartbeat`): alive but
+blocked, such a worker would still get its share of new connections. A worker that exits with
+uvicorn's start-up failure code stops them all, since the next one would fail the same way. On
+SIGINT or SIGTERM it sends SIGTERM to the workers, which shut down gracefully, and waits for them.
 """
 
 from __future__ import annotations
@@ -20,20 +21,27 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from multiprocessing.context import SpawnProcess
+from pathlib import Path
 from types import FrameType
 
 from uvicorn import Config, Server
 from uvicorn.config import STARTUP_FAILURE
 
+from app.heartbeat import beat_path, stale_for
+
 logger = logging.getLogger("uvicorn.error")
 
 #: seconds between the supervisor's checks of its workers
 CHECK_INTERVAL_S = 0.5
+#: the variable that tells the workers where to beat (``KAIROS_HEARTBEAT_DIR``)
+HEARTBEAT_ENV = "KAIROS_HEARTBEAT_DIR"
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -83,13 +91,27 @@ def _worker(config: Config) -> None:
 
 
 class Supervisor:
-    """Keeps ``workers`` worker processes serving ``config`` until SIGINT or SIGTERM."""
+    """Keeps ``workers`` worker processes serving ``config`` until SIGINT or SIGTERM.
 
-    def __init__(self, config: Config, workers: int) -> None:
+    The workers beat in ``heartbeat_dir`` (a temporary directory when None); one silent for
+    ``hang_timeout_s`` is replaced."""
+
+    def __init__(
+        self,
+        config: Config,
+        workers: int,
+        *,
+        hang_timeout_s: float = 10.0,
+        heartbeat_dir: Path | None = None,
+    ) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
+        if hang_timeout_s <= 0:
+            raise ValueError("hang_timeout_s must be > 0")
         self.config = config
         self.workers = workers
+        self.hang_timeout_s = hang_timeout_s
+        self.heartbeat_dir = heartbeat_dir
         self.processes: list[SpawnProcess] = []
         self._stop = threading.Event()
         self._spawn = multiprocessing.get_context("spawn")
@@ -107,23 +129,50 @@ class Supervisor:
         start."""
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        made = None
+        if self.heartbeat_dir is None:
+            made = self.heartbeat_dir = Path(tempfile.mkdtemp(prefix="kairos-heartbeat-"))
+        self.heartbeat_dir.mkdir(parents=True, exist_ok=True)
+        os.environ[HEARTBEAT_ENV] = str(self.heartbeat_dir)  # the workers inherit it
         logger.info("Started supervisor process [%d]", os.getpid())
-        self.processes = [self._start() for _ in range(self.workers)]
-        failed = False
-        while not self._stop.wait(CHECK_INTERVAL_S):
-            failed = self.replace_dead()
-            if failed:
-                break
-        self.stop()
+        try:
+            self.processes = [self._start() for _ in range(self.workers)]
+            failed = False
+            while not self._stop.wait(CHECK_INTERVAL_S):
+                failed = self.replace_dead()
+                if failed:
+                    break
+            self.stop()
+        finally:
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
         return STARTUP_FAILURE if failed else 0
 
+    def _hung(self, process: SpawnProcess) -> bool:
+        """Alive, but its loop has not beaten for ``hang_timeout_s``: killed (SIGKILL)."""
+        if self.heartbeat_dir is None or process.pid is None:
+            return False
+        silent = stale_for(self.heartbeat_dir, process.pid)
+        if silent is None or silent <= self.hang_timeout_s:
+            return False
+        logger.error(
+            "worker [%d] has not beaten for %.1f s (KAIROS_WORKER_HANG_TIMEOUT_S %.1f); killing it",
+            process.pid,
+            silent,
+            self.hang_timeout_s,
+        )
+        process.kill()
+        return True
+
     def replace_dead(self) -> bool:
-        """Start a new worker for each that ended; True (and nothing restarted) once one ended
-        with the start-up failure code."""
+        """Start a new worker for each that ended or hung; True (and nothing restarted) once one
+        ended with the start-up failure code."""
         for index, process in enumerate(self.processes):
-            if process.is_alive():
+            if process.is_alive() and not self._hung(process):
                 continue
             process.join()
+            if self.heartbeat_dir is not None and process.pid is not None:
+                beat_path(self.heartbeat_dir, process.pid).unlink(missing_ok=True)
             if process.exitcode == STARTUP_FAILURE:
                 logger.error("worker [%s] failed to start; stopping", process.pid)
                 return True

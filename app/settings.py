@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     #: ``/metrics`` of any of them speaks for all (ADR 0080; emptied at start). Unset: a new
     #: temporary directory, removed at exit.
     METRICS_DIR: str | None = None
+    #: With WORKERS > 1: a worker whose event loop has not beaten for this long is replaced
+    #: (ADR 0084).
+    WORKER_HANG_TIMEOUT_S: float = Field(default=10.0, gt=0)
+    #: Where the workers of ``kairos serve`` beat (set by it for them; unset: a temporary one).
+    HEARTBEAT_DIR: str | None = None
 
     def api_key_tenants(self) -> dict[str, str]:
         """Map each API key to its tenant; empty when auth is off."""

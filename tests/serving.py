@@ -6,7 +6,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,15 +30,19 @@ def kairos_command() -> list[str]:
 
 @contextmanager
 def kairos_serve(
-    env: Mapping[str, str], log_path: Path, start_timeout_s: float = 60
+    env: Mapping[str, str],
+    log_path: Path,
+    start_timeout_s: float = 60,
+    args: Sequence[str] = (),
 ) -> Iterator[str]:
-    """Run ``kairos serve`` with ``env`` until the block ends; yields its base URL once
-    ``/healthz`` answers. Fails the test with the server log if it exits or does not start."""
+    """Run ``kairos serve`` with ``env`` (and ``args``) until the block ends; yields its base URL
+    once ``/healthz`` answers. Fails the test with the server log if it exits or does not
+    start."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [*kairos_command(), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [*kairos_command(), "serve", "--host", "127.0.0.1", "--port", str(port), *args],
             cwd=ROOT,
             env=dict(env),
             stdout=log,

@@ -3,10 +3,16 @@ starting workers (``tests/integration/api/test_api_worker_processes.py`` runs re
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
+from pathlib import Path
+
 import pytest
 from uvicorn import Config
 from uvicorn.config import STARTUP_FAILURE
 
+from app.heartbeat import beat_path, beating, stale_for
 from app.serving import Supervisor, claim_port, reuse_port_socket
 
 
@@ -27,13 +33,14 @@ def test_workers_join_one_port_and_nothing_else_can_claim_it() -> None:
 
 
 class _Ended:
-    """A worker process that has ended with ``exitcode``."""
+    """A worker process that has ended with ``exitcode`` (or is alive)."""
 
-    def __init__(self, exitcode: int | None, alive: bool = False) -> None:
+    def __init__(self, exitcode: int | None, alive: bool = False, pid: int = 4242) -> None:
         self.exitcode = exitcode
         self.alive = alive
-        self.pid = 4242
+        self.pid = pid
         self.joined = False
+        self.killed = False
 
     def is_alive(self) -> bool:
         return self.alive
@@ -41,9 +48,20 @@ class _Ended:
     def join(self) -> None:
         self.joined = True
 
+    def kill(self) -> None:
+        self.killed = True
+        self.alive = False
 
-def _supervisor(processes: list[_Ended]) -> tuple[Supervisor, list[_Ended]]:
-    supervisor = Supervisor(Config("app.main:create_app", factory=True), workers=len(processes))
+
+def _supervisor(
+    processes: list[_Ended], heartbeat_dir: Path | None = None
+) -> tuple[Supervisor, list[_Ended]]:
+    supervisor = Supervisor(
+        Config("app.main:create_app", factory=True),
+        workers=len(processes),
+        hang_timeout_s=10.0,
+        heartbeat_dir=heartbeat_dir,
+    )
     started: list[_Ended] = []
 
     def start() -> _Ended:
@@ -68,6 +86,37 @@ def test_a_worker_that_failed_to_start_stops_the_supervisor_without_restarts() -
     supervisor, started = _supervisor([_Ended(None, alive=True), _Ended(STARTUP_FAILURE)])
     assert supervisor.replace_dead() is True
     assert started == []
+
+
+def test_a_worker_whose_loop_stopped_beating_is_killed_and_replaced(tmp_path: Path) -> None:
+    beating, silent, starting = (_Ended(None, alive=True, pid=p) for p in (101, 102, 103))
+    now = time.time()
+    for process, age in ((beating, 1.0), (silent, 11.0)):  # 103 has not beaten yet
+        beat = beat_path(tmp_path, process.pid)
+        beat.touch()
+        os.utime(beat, (now - age, now - age))
+    supervisor, started = _supervisor([beating, silent, starting], heartbeat_dir=tmp_path)
+    assert supervisor.replace_dead() is False
+    assert silent.killed
+    assert silent.joined
+    assert not beating.killed
+    assert not starting.killed
+    assert supervisor.processes == [beating, started[0], starting]
+    assert not beat_path(tmp_path, silent.pid).exists()  # its pid may be reused
+
+
+async def test_a_worker_beats_from_its_loop_while_it_serves(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        beat_path(tmp_path, os.getpid()).stat()
+    async with beating(str(tmp_path)):
+        await asyncio.sleep(0)
+        silent = stale_for(tmp_path, os.getpid())
+        assert silent is not None
+        assert silent < 1.0
+    assert stale_for(tmp_path, os.getpid()) is None  # gone at exit: stopped is not hung
+    async with beating(None):  # one process, no supervisor: nothing to beat for
+        pass
+    assert not any(os.scandir(tmp_path))
 
 
 def test_at_least_one_worker() -> None:

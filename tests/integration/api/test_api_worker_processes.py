@@ -19,7 +19,7 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.schemas.decision import DECIDE_EXAMPLE
-from tests.serving import kairos_serve
+from tests.serving import ROOT, kairos_serve
 
 
 def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -197,3 +197,51 @@ def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_is_sha
         served = _decides_by_pid(metrics_dir)
         assert sum(served.values()) == 32
         assert len(served) == 2, served
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_worker_whose_event_loop_blocks_is_killed_and_replaced(tmp_path: Path) -> None:
+    """Alive but blocked, a worker would keep its share of new connections and answer none of
+    them: its loop stops beating, and the supervisor replaces it (ADR 0084)."""
+    beats = tmp_path / "beats"
+    env = {
+        **os.environ,
+        "KAIROS_DATABASE_URL": f"sqlite:///{tmp_path / 'kairos.db'}",
+        "KAIROS_WORKERS": "2",
+        "KAIROS_METRICS_DIR": str(tmp_path / "metrics"),
+        "KAIROS_HEARTBEAT_DIR": str(beats),
+        "KAIROS_WORKER_HANG_TIMEOUT_S": "3",
+        "KAIROS_LOG_LEVEL": "warning",
+        "PYTHONPATH": str(ROOT),  # the workers import the test app
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    app = ["--app", "tests.fixtures.blocking_app:create_app"]
+    log = tmp_path / "serve.log"
+    with kairos_serve(env, log, start_timeout_s=120, args=app) as url:
+        deadline = time.monotonic() + 60
+        while len(workers := _beating(beats)) < 2:
+            assert time.monotonic() < deadline, "the two workers never both beat"
+            time.sleep(0.2)
+        with pytest.raises(httpx.TransportError):  # its worker is killed while it blocks
+            httpx.post(f"{url}/test/block-the-loop", timeout=60)
+        deadline = time.monotonic() + 60
+        while len(_beating(beats) - workers) < 1:
+            assert time.monotonic() < deadline, f"no replacement:\n{log.read_text()}"
+            time.sleep(0.2)
+        blocked = workers - _beating(beats)
+        assert len(blocked) == 1
+        assert not _alive(blocked.pop())
+        for _ in range(8):  # new connections: whichever worker answers, it answers
+            assert _decide(url) == 200
+    assert "has not beaten" in log.read_text()
+
+
+def _beating(directory: Path) -> set[int]:
+    return {int(p.stem) for p in directory.glob("*.beat")}
