@@ -46,17 +46,26 @@ def _serve(args: Sequence[str]) -> int:
     opts = parser.parse_args(args)
     if not opts.no_migrate:
         _migrate_now(settings)  # once, before workers fork, so they never race to migrate
-    if opts.workers <= 1:
-        uvicorn.run(
-            opts.app,
-            factory=True,
-            host=opts.host,
-            port=opts.port,
-            log_level=settings.LOG_LEVEL,
-            proxy_headers=False,
-        )
+    from app.serving import Supervisor, claim_port, kernel_shares_reuse_port
+
+    if opts.workers <= 1 or not kernel_shares_reuse_port():
+        if opts.workers > 1:  # no socket per worker here: uvicorn's supervisor, one socket
+            logger.warning("SO_REUSEPORT does not share connections here; one shared socket")
+        made = _share_metrics(settings) if opts.workers > 1 else None
+        try:
+            uvicorn.run(
+                opts.app,
+                factory=True,
+                host=opts.host,
+                port=opts.port,
+                workers=opts.workers,
+                log_level=settings.LOG_LEVEL,
+                proxy_headers=False,
+            )
+        finally:
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
         return 0
-    from app.serving import Supervisor, claim_port
 
     try:
         port = claim_port(opts.host, opts.port)

@@ -44,6 +44,12 @@ CHECK_INTERVAL_S = 0.5
 HEARTBEAT_ENV = "KAIROS_HEARTBEAT_DIR"
 
 
+def kernel_shares_reuse_port() -> bool:
+    """Whether sockets bound with ``SO_REUSEPORT`` share incoming connections out: Linux does
+    (since 3.9); elsewhere the option is missing or lets one socket take them all."""
+    return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+
+
 def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 

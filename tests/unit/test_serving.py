@@ -122,3 +122,21 @@ async def test_a_worker_beats_from_its_loop_while_it_serves(tmp_path: Path) -> N
 def test_at_least_one_worker() -> None:
     with pytest.raises(ValueError, match="workers"):
         Supervisor(Config("app.main:create_app"), workers=0)
+
+
+def test_without_a_kernel_that_shares_reuse_port_uvicorn_supervises_one_socket(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import uvicorn
+
+    import app.serving
+    from app.cli import _serve
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(app.serving, "kernel_shares_reuse_port", lambda: False)
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: calls.append(kwargs))
+    # kairos serve points the workers' metrics here; monkeypatch takes it out again after
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    assert _serve(["--workers", "2", "--no-migrate", "--port", "0"]) == 0
+    assert len(calls) == 1
+    assert calls[0]["workers"] == 2
