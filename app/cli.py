@@ -46,26 +46,35 @@ def _serve(args: Sequence[str]) -> int:
     opts = parser.parse_args(args)
     if not opts.no_migrate:
         _migrate_now(settings)  # once, before workers fork, so they never race to migrate
-    from app.serving import Supervisor, claim_port, kernel_shares_reuse_port
+    from app.serving import kernel_shares_reuse_port
 
-    if opts.workers <= 1 or not kernel_shares_reuse_port():
+    made = _share_metrics(settings) if opts.workers > 1 else None
+    try:
+        if opts.workers > 1 and kernel_shares_reuse_port():
+            return _supervise(opts, settings)
         if opts.workers > 1:  # no socket per worker here: uvicorn's supervisor, one socket
             logger.warning("SO_REUSEPORT does not share connections here; one shared socket")
-        made = _share_metrics(settings) if opts.workers > 1 else None
-        try:
-            uvicorn.run(
-                opts.app,
-                factory=True,
-                host=opts.host,
-                port=opts.port,
-                workers=opts.workers,
-                log_level=settings.LOG_LEVEL,
-                proxy_headers=False,
-            )
-        finally:
-            if made is not None:
-                shutil.rmtree(made, ignore_errors=True)
+        uvicorn.run(
+            opts.app,
+            factory=True,
+            host=opts.host,
+            port=opts.port,
+            workers=opts.workers,
+            log_level=settings.LOG_LEVEL,
+            proxy_headers=False,
+        )
         return 0
+    finally:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+
+
+def _supervise(opts: argparse.Namespace, settings: Settings) -> int:
+    """The workers, each on its own SO_REUSEPORT socket, so that the kernel shares connections
+    out (uvicorn's supervisor shares one socket, and one worker may take a burst; ADR 0084)."""
+    import uvicorn
+
+    from app.serving import Supervisor, claim_port
 
     try:
         port = claim_port(opts.host, opts.port)
@@ -73,30 +82,23 @@ def _serve(args: Sequence[str]) -> int:
         message = f"kairos serve: cannot listen on {opts.host}:{opts.port}: {exc}"
         print(message, file=sys.stderr)  # noqa: T201
         return 1
-    made = _share_metrics(settings)
-    try:
-        # each worker on its own SO_REUSEPORT socket, so the kernel shares connections out
-        # (uvicorn's supervisor shares one socket, and one worker takes a burst; ADR 0084)
-        config = uvicorn.Config(
-            opts.app,
-            factory=True,
-            host=opts.host,
-            port=port,
-            workers=opts.workers,
-            log_level=settings.LOG_LEVEL,
-            proxy_headers=False,
-        )
-        heartbeats = Path(settings.HEARTBEAT_DIR) if settings.HEARTBEAT_DIR else None
-        supervisor = Supervisor(
-            config,
-            opts.workers,
-            hang_timeout_s=settings.WORKER_HANG_TIMEOUT_S,
-            heartbeat_dir=heartbeats,
-        )
-        return supervisor.run()
-    finally:
-        if made is not None:
-            shutil.rmtree(made, ignore_errors=True)
+    config = uvicorn.Config(
+        opts.app,
+        factory=True,
+        host=opts.host,
+        port=port,
+        workers=opts.workers,
+        log_level=settings.LOG_LEVEL,
+        proxy_headers=False,
+    )
+    heartbeats = Path(settings.HEARTBEAT_DIR) if settings.HEARTBEAT_DIR else None
+    supervisor = Supervisor(
+        config,
+        opts.workers,
+        hang_timeout_s=settings.WORKER_HANG_TIMEOUT_S,
+        heartbeat_dir=heartbeats,
+    )
+    return supervisor.run()
 
 
 #: prometheus_client's multiprocess switch (``app.observability.MULTIPROC_ENV``; not imported

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 #: seconds between a worker's beats
 INTERVAL_S = 1.0
@@ -35,7 +38,10 @@ async def beating(directory: str | None) -> AsyncIterator[None]:
 
     async def beat() -> None:
         while True:
-            path.touch()
+            try:
+                path.touch()
+            except OSError:  # the supervisor sees the beat go stale: this says why
+                logger.warning("cannot beat in %s", directory, exc_info=True)
             await asyncio.sleep(INTERVAL_S)
 
     task = asyncio.create_task(beat(), name="kairos-heartbeat")

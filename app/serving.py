@@ -27,6 +27,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from types import FrameType
@@ -42,6 +43,9 @@ logger = logging.getLogger("uvicorn.error")
 CHECK_INTERVAL_S = 0.5
 #: the variable that tells the workers where to beat (``KAIROS_HEARTBEAT_DIR``)
 HEARTBEAT_ENV = "KAIROS_HEARTBEAT_DIR"
+#: seconds a stopping worker has to shut down gracefully before it is killed (a worker whose
+#: loop is blocked never runs its SIGTERM handler)
+STOP_TIMEOUT_S = 15.0
 
 
 def kernel_shares_reuse_port() -> bool:
@@ -188,11 +192,19 @@ class Supervisor:
             self.processes[index] = self._start()
         return False
 
-    def stop(self) -> None:
-        """SIGTERM every live worker (uvicorn's graceful shutdown), then wait for them."""
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM every live worker (uvicorn's graceful shutdown), wait for them, and kill the
+        ones still alive after ``timeout_s``."""
         for process in self.processes:
             if process.is_alive() and process.pid is not None:
                 os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
         for process in self.processes:
-            process.join()
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                logger.error(
+                    "worker [%s] did not stop in %.0f s; killing it", process.pid, timeout_s
+                )
+                process.kill()
+                process.join()
         logger.info("Stopped supervisor process [%d]", os.getpid())

@@ -4,7 +4,9 @@ starting workers (``tests/integration/api/test_api_worker_processes.py`` runs re
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -140,3 +142,20 @@ def test_without_a_kernel_that_shares_reuse_port_uvicorn_supervises_one_socket(
     assert _serve(["--workers", "2", "--no-migrate", "--port", "0"]) == 0
     assert len(calls) == 1
     assert calls[0]["workers"] == 2
+
+
+def test_a_worker_that_ignores_sigterm_is_killed_when_the_supervisor_stops() -> None:
+    """A worker whose loop is blocked never runs its SIGTERM handler: stopping must not wait
+    for it forever."""
+    supervisor = Supervisor(Config("app.main:create_app", factory=True), workers=1)
+    stubborn = multiprocessing.get_context("spawn").Process(
+        target=os.execvp, args=("sh", ["sh", "-c", "trap '' TERM; sleep 60"])
+    )
+    stubborn.start()
+    time.sleep(0.5)  # past Python's start-up, into the shell that ignores SIGTERM
+    supervisor.processes = [stubborn]
+    started = time.monotonic()
+    supervisor.stop(timeout_s=1.0)
+    assert not stubborn.is_alive()
+    assert stubborn.exitcode == -signal.SIGKILL
+    assert time.monotonic() - started < 30
