@@ -50,6 +50,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -248,7 +249,7 @@ def start(
     if name == "ceiling":
         uvicorn = ["-m", "uvicorn", "--factory", "benchmarks.decide:bare_app"]
         procs.append(_spawn([*uvicorn, "--port", str(port), "--log-level", "warning"], env))
-    else:  # the no-decision cell: the same server, with its decisions replaced
+    else:  # Kairos; the no-decision cell serves it with its decisions replaced
         app = ["--app", "benchmarks.decide:no_decision_app"] if name == NO_DECISION else []
         procs.append(_spawn(["-m", "kairos", "serve", "--port", str(port), *app], env))
         procs += [_spawn(["-m", "kairos", "worker"], env) for _ in range(workers)]
@@ -749,12 +750,7 @@ def _workers_verdict(
     def peak(name: str, of: Callable[[Result], float]) -> float:
         return max(of(results[(name, c)]) for c in levels)
 
-    def rps(r: Result) -> float:
-        return r.rps
-
-    def model(r: Result) -> float:
-        return r.model_rps
-
+    rps, model = attrgetter("rps"), attrgetter("model_rps")
     wins = sum(results[(two, c)].rps > results[(one, c)].rps for c in levels)
     model_wins = sum(results[(two, c)].model_rps > results[(one, c)].model_rps for c in levels)
     met = peak(two, rps) > peak(one, rps) and peak(two, model) > peak(one, model)
