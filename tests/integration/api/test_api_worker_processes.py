@@ -81,6 +81,29 @@ def _status(connection: socket.socket) -> int:
     return int(answer.split(b" ", 2)[1])
 
 
+def _two_workers(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of ``kairos serve`` with two workers, on a SQLite file and a metrics
+    directory under ``tmp_path``."""
+    env = {
+        **os.environ,
+        "KAIROS_DATABASE_URL": f"sqlite:///{tmp_path / 'kairos.db'}",
+        "KAIROS_WORKERS": "2",
+        "KAIROS_METRICS_DIR": str(tmp_path / "metrics"),
+        "KAIROS_LOG_LEVEL": "warning",
+        **extra,
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    return env
+
+
+def _wait_until_both_started(url: str) -> None:
+    """Once both are up, each adds its admission limit (16 by default) to the gauge's sum."""
+    deadline = time.monotonic() + 60
+    while _scrape(url).get(("kairos_admission_limit", ())) != 32.0:
+        assert time.monotonic() < deadline, "the gauge never summed both processes"
+        time.sleep(0.2)
+
+
 def _decide(url: str) -> int:
     # a new connection per call, so that the processes share them out
     return httpx.post(f"{url}/v1/decide", json=DECIDE_EXAMPLE, timeout=30).status_code
@@ -90,20 +113,8 @@ def test_metrics_of_either_worker_process_count_the_requests_of_both(tmp_path: P
     metrics_dir = tmp_path / "metrics"
     (metrics_dir).mkdir()
     (metrics_dir / "counter_1.db").write_bytes(b"left by an earlier run")  # removed at start
-    env = {
-        **os.environ,
-        "KAIROS_DATABASE_URL": f"sqlite:///{tmp_path / 'kairos.db'}",
-        "KAIROS_WORKERS": "2",
-        "KAIROS_METRICS_DIR": str(metrics_dir),
-        "KAIROS_LOG_LEVEL": "warning",
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    with kairos_serve(env, tmp_path / "serve.log", start_timeout_s=120) as url:
-        # once both are up, each adds its admission limit (16 by default) to the gauge's sum
-        deadline = time.monotonic() + 60
-        while _scrape(url).get(("kairos_admission_limit", ())) != 32.0:
-            assert time.monotonic() < deadline, "the gauge never summed both processes"
-            time.sleep(0.2)
+    with kairos_serve(_two_workers(tmp_path), tmp_path / "serve.log", start_timeout_s=120) as url:
+        _wait_until_both_started(url)
         sent = 0
         with ThreadPoolExecutor(16) as pool:
             while len(_pids(metrics_dir, "counter")) < 2:
@@ -154,22 +165,12 @@ def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_is_sha
     among them (ADR 0084); uvicorn's supervisor shares one socket, and a few keep-alive
     connections could all land on the worker that woke first."""
     metrics_dir = tmp_path / "metrics"
-    env = {
-        **os.environ,
-        "KAIROS_DATABASE_URL": f"sqlite:///{tmp_path / 'kairos.db'}",
-        "KAIROS_WORKERS": "2",
-        "KAIROS_METRICS_DIR": str(metrics_dir),
-        "KAIROS_LOG_LEVEL": "warning",
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    with kairos_serve(env, tmp_path / "serve.log", start_timeout_s=120) as url:
-        deadline = time.monotonic() + 60
-        while _scrape(url).get(("kairos_admission_limit", ())) != 32.0:
-            assert time.monotonic() < deadline, "the two workers never both started"
-            time.sleep(0.2)
+    with kairos_serve(_two_workers(tmp_path), tmp_path / "serve.log", start_timeout_s=120) as url:
+        _wait_until_both_started(url)
         port = urlsplit(url).port
         assert port is not None
         # a worker listens once its lifespan has run, just after it sets its gauges
+        deadline = time.monotonic() + 60
         while _listeners(port) < 2:
             assert time.monotonic() < deadline, f"{_listeners(port)} listening socket(s)"
             time.sleep(0.1)
@@ -211,17 +212,12 @@ def test_a_worker_whose_event_loop_blocks_is_killed_and_replaced(tmp_path: Path)
     """Alive but blocked, a worker would keep its share of new connections and answer none of
     them: its loop stops beating, and the supervisor replaces it (ADR 0084)."""
     beats = tmp_path / "beats"
-    env = {
-        **os.environ,
-        "KAIROS_DATABASE_URL": f"sqlite:///{tmp_path / 'kairos.db'}",
-        "KAIROS_WORKERS": "2",
-        "KAIROS_METRICS_DIR": str(tmp_path / "metrics"),
-        "KAIROS_HEARTBEAT_DIR": str(beats),
-        "KAIROS_WORKER_HANG_TIMEOUT_S": "3",
-        "KAIROS_LOG_LEVEL": "warning",
-        "PYTHONPATH": str(ROOT),  # the workers import the test app
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env = _two_workers(
+        tmp_path,
+        KAIROS_HEARTBEAT_DIR=str(beats),
+        KAIROS_WORKER_HANG_TIMEOUT_S="3",
+        PYTHONPATH=str(ROOT),  # the workers import the test app
+    )
     app = ["--app", "tests.fixtures.blocking_app:create_app"]
     log = tmp_path / "serve.log"
     with kairos_serve(env, log, start_timeout_s=120, args=app) as url:
