@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     GC_FREEZE: bool = True
     #: Trained policy artifacts: ``<MODELS_DIR>/<name>/<version>/policy.onnx`` + ``card.json``.
     MODELS_DIR: str = "models"
+    #: Seconds between looks for models another process sharing MODELS_DIR installed, so that
+    #: every process knows them and means the same newest version (ADR 0086). 0: never.
+    MODELS_RESCAN_S: float = Field(default=2.0, ge=0)
     #: Decision pipeline (ADRs 0040-0043): onnxruntime threads per session, in-process batches
     #: run at once, candidates the policy sees, and the Redis stream's prefix, reclaim idle time
     #: and reply TTL.

@@ -17,6 +17,7 @@ returns a :class:`DecisionOutcome` (whose ``error`` is set for a bad snapshot).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +30,7 @@ from app.batching.batcher import BatchControl, BatcherClosedError, MicroBatcher
 from app.batching.redis_transport import QueueUnavailableError, RedisQueue, StreamKeys
 from app.domain.heuristics import HEURISTIC_CLASSES
 from app.policy.onnx_policy import RuntimeOptions
-from app.policy.registry import PolicyRegistry
+from app.policy.registry import PolicyRegistry, watching
 from app.policy.selector import (
     DEFAULT_FALLBACK_RESERVE_S,
     DecisionOutcome,
@@ -61,6 +62,8 @@ class PipelineOptions:
     #: a heuristic-only request of at most this many (pending job, node) pairs is decided on the
     #: event loop instead of in the decision thread (0: never); 64 jobs x 16 nodes take ~1 ms
     inline_max_cells: int = 4096
+    #: seconds between looks for models another process installed (0: never; ADR 0086)
+    models_rescan_s: float = 2.0
 
 
 class DecisionPipeline:
@@ -88,6 +91,7 @@ class DecisionPipeline:
             concurrency=options.concurrency,
             adaptive_wait=options.adaptive_wait,
         )
+        self._watch: contextlib.AsyncExitStack | None = None
         self.queue: RedisQueue | None = None
         if options.redis_url:
             self.queue = RedisQueue(options.redis_url, StreamKeys(options.redis_prefix))
@@ -127,10 +131,15 @@ class DecisionPipeline:
                     entry.message,
                 )
         self.batcher.start()
+        self._watch = contextlib.AsyncExitStack()
+        await self._watch.enter_async_context(watching(self.registry, self.options.models_rescan_s))
         if self.queue is not None:
             await self.queue.start()
 
     async def close(self) -> None:
+        if self._watch is not None:
+            await self._watch.aclose()
+            self._watch = None
         if self.queue is not None:
             await self.queue.close()
         await self.batcher.stop()
@@ -252,5 +261,6 @@ def pipeline_from_settings(
         concurrency=settings.BATCH_CONCURRENCY,
         redis_url=settings.REDIS_URL,
         redis_prefix=settings.REDIS_PREFIX,
+        models_rescan_s=settings.MODELS_RESCAN_S,
     )
     return DecisionPipeline(registry, options, on_batch=on_batch)

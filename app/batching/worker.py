@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from app.batching.pipeline import pipeline_from_settings
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
 from app.gc_tuning import freeze_startup_heap, thaw
-from app.policy.registry import PolicyRegistry
+from app.policy.registry import PolicyRegistry, watching
 from app.policy.selector import DecisionOutcome, DecisionRequest, Deliver, Wanted, decide_many
 from app.settings import Settings
 
@@ -76,7 +76,8 @@ async def run_worker(settings: Settings, *, consumer: str | None = None) -> int:
     if settings.GC_FREEZE:
         freeze_startup_heap()
     try:
-        await worker.run()
+        async with watching(registry, settings.MODELS_RESCAN_S):
+            await worker.run()
     finally:
         if settings.GC_FREEZE:
             thaw()

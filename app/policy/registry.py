@@ -1,8 +1,12 @@
 """Every ONNX model under ``MODELS_DIR``: loaded or refused (with the reason).
 
-Discovery happens once, at startup (:meth:`PolicyRegistry.discover`); uploads
+Discovery happens at startup (:meth:`PolicyRegistry.discover`); uploads
 (:meth:`PolicyRegistry.install`) validate in memory, then write the version directory atomically
 (a temporary sibling directory renamed into place) so a half-written model is never discovered.
+Every process sharing ``MODELS_DIR`` (the API's worker processes and replicas, ``kairos
+worker``) picks up what another one installed with :meth:`PolicyRegistry.refresh`, which
+:func:`watching` runs every few seconds off the event loop: a name without a version then means
+the same newest version in every process (ADR 0086).
 
 Names follow ``<name>[@<version>]``; without a version the newest loaded one is meant (versions
 compare naturally: ``2 < 10``, ``1.2 < 1.10``).  A name that is a heuristic is resolved by the
@@ -11,7 +15,10 @@ selector, not here.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -19,7 +26,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +42,11 @@ from app.policy.onnx_policy import (
 )
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")
+
+logger = logging.getLogger(__name__)
+
+#: a directory's mtime is trusted as "nothing changed since" once it is this old (ns)
+_SETTLED_NS = 1_000_000_000
 
 
 class ModelExistsError(Exception):
@@ -108,6 +120,8 @@ class PolicyRegistry:
         #: bumped (under the lock) whenever an entry is added or the directory rescanned, so
         #: callers may cache what they derive from :meth:`entries`
         self.generation = 0
+        #: each name directory's mtime when :meth:`refresh` last read it
+        self._stamps: dict[str, int] = {}
 
     # ------------------------------------------------------------------ loading
 
@@ -173,6 +187,48 @@ class PolicyRegistry:
             self.generation += 1
         return entry
 
+    def refresh(self) -> list[ModelEntry]:
+        """Load the versions another process installed since the last look: a name directory
+        whose mtime changed (a version renamed into it) is listed again, and each version not
+        known yet is loaded (or refused). Known entries stay as they are. Returns the new ones.
+
+        One ``stat`` per name while nothing changed; run it off the event loop (loading a model
+        takes tens of milliseconds)."""
+        added: list[ModelEntry] = []
+        if not self.models_dir.is_dir():
+            return added
+        for model_dir in sorted(self.models_dir.iterdir()):
+            if model_dir.name.startswith(".") or not _SEGMENT.match(model_dir.name):
+                continue
+            try:
+                stamp = (
+                    model_dir.stat().st_mtime_ns
+                )  # before listing: a later rename shows next time
+            except FileNotFoundError:
+                continue
+            if not model_dir.is_dir() or self._stamps.get(model_dir.name) == stamp:
+                continue
+            for version_dir in sorted(p for p in model_dir.iterdir() if p.is_dir()):
+                version = version_dir.name
+                if version.startswith(".") or not _SEGMENT.match(version):
+                    continue
+                key = (model_dir.name, version)
+                with self._lock:
+                    known = key in self._entries
+                if known:
+                    continue
+                entry = self._load(model_dir.name, version, version_dir)
+                with self._lock:
+                    if key not in self._entries:
+                        self._entries[key] = entry
+                        self.generation += 1
+                        added.append(entry)
+            # a stamp from the last second may be shared by a rename still to come within the
+            # file system's clock tick: look again next time rather than miss that version
+            if time.time_ns() - stamp > _SETTLED_NS:
+                self._stamps[model_dir.name] = stamp
+        return added
+
     # ------------------------------------------------------------------ lookup
 
     def entries(self) -> list[ModelEntry]:
@@ -230,3 +286,34 @@ class PolicyRegistry:
 
     def names(self) -> Iterable[str]:
         return sorted({e.name for e in self.entries()})
+
+
+@contextlib.asynccontextmanager
+async def watching(registry: PolicyRegistry, interval_s: float) -> AsyncIterator[None]:
+    """While the block runs, :meth:`PolicyRegistry.refresh` every ``interval_s`` seconds in a
+    thread, logging what it loads (nothing when ``interval_s`` is 0)."""
+    if interval_s <= 0:
+        yield
+        return
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                added = await asyncio.to_thread(registry.refresh)
+            except OSError:  # a directory that vanished mid-scan: the next look sees it whole
+                logger.warning("rescanning %s failed", registry.models_dir, exc_info=True)
+                continue
+            for entry in added:
+                state = "loaded" if entry.loaded else f"refused ({entry.reason}: {entry.message})"
+                logger.info(
+                    "policy %s@%s installed elsewhere: %s", entry.name, entry.version, state
+                )
+
+    task = asyncio.create_task(watch(), name="kairos-models-watch")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -19,6 +19,7 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.schemas.decision import DECIDE_EXAMPLE
+from tests.fixtures import onnx_models as m
 from tests.serving import ROOT, kairos_serve
 
 
@@ -241,3 +242,36 @@ def test_a_worker_whose_event_loop_blocks_is_killed_and_replaced(tmp_path: Path)
 
 def _beating(directory: Path) -> set[int]:
     return {int(p.stem) for p in directory.glob("*.beat")}
+
+
+def test_a_model_uploaded_to_one_worker_is_served_by_every_worker(tmp_path: Path) -> None:
+    """The processes share ``MODELS_DIR``: each one's rescan loads what another installed, so
+    every worker knows the upload (ADR 0086); before, only the one that took it did, and a
+    decision naming it on the other was refused as an unknown policy."""
+    models = tmp_path / "models"
+    models.mkdir()
+    env = _two_workers(tmp_path, KAIROS_MODELS_DIR=str(models), KAIROS_MODELS_RESCAN_S="0.5")
+    with kairos_serve(env, tmp_path / "serve.log", start_timeout_s=120) as url:
+        _wait_until_both_started(url)
+        card = json.dumps(m.card(name="hpc-up", version="1")).encode()
+        files = {
+            "model": ("policy.onnx", m.kernel_model(seed=4), "application/octet-stream"),
+            "card": ("card.json", card, "application/json"),
+        }
+        created = httpx.post(f"{url}/v1/policies", files=files, timeout=30)
+        assert created.status_code == 201, created.text
+
+        def listed() -> bool:  # on a fresh connection: either worker may answer
+            answer = httpx.get(f"{url}/v1/policies", headers={"Connection": "close"}, timeout=10)
+            return "hpc-up" in {p["name"] for p in answer.json()}
+
+        deadline = time.monotonic() + 30
+        while not all(listed() for _ in range(16)):
+            assert time.monotonic() < deadline, "a worker never learnt of the upload"
+            time.sleep(0.2)
+        body = {**DECIDE_EXAMPLE, "policy": "hpc-up"}
+        for _ in range(16):
+            answer = httpx.post(f"{url}/v1/decide", json=body, timeout=30)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["policy"]["name"] == "hpc-up"
+            assert answer.json()["fallback"]["used"] is False

@@ -208,3 +208,28 @@ def test_registry_finds_models_installed_after_startup(tmp_path: Path) -> None:
     assert entry is not None
     assert entry.loaded
     assert registry.find("hpc-late@1") is entry
+
+
+def test_registry_refresh_loads_what_another_process_installed(tmp_path: Path) -> None:
+    """Processes sharing ``MODELS_DIR``: a version or a name installed by one is loaded by the
+    others' refresh, and a name without a version then means the same newest one (ADR 0086)."""
+    m.write_model(tmp_path, "hpc-up", "1", m.kernel_model())
+    registry, other = PolicyRegistry(tmp_path), PolicyRegistry(tmp_path)
+    registry.discover()
+    other.discover()
+    assert registry.refresh() == []
+    other.install(m.kernel_model(seed=2), json.dumps(m.card(name="hpc-up", version="2")).encode())
+    other.install(m.kernel_model(seed=3), json.dumps(m.card(name="hpc-new", version="1")).encode())
+    before = registry.find("hpc-up")
+    assert before is not None
+    assert before.version == "1"
+    added = registry.refresh()
+    assert sorted((e.name, e.version, e.loaded) for e in added) == [
+        ("hpc-new", "1", True),
+        ("hpc-up", "2", True),
+    ]
+    newest = registry.find("hpc-up")
+    assert newest is not None
+    assert newest.version == "2"
+    assert registry.find("hpc-up@1") is before  # known entries are not loaded again
+    assert registry.refresh() == []
