@@ -17,6 +17,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from app.background import running
+
 logger = logging.getLogger(__name__)
 
 #: seconds between a worker's beats
@@ -44,13 +46,10 @@ async def beating(directory: str | None) -> AsyncIterator[None]:
                 logger.warning("cannot beat in %s", directory, exc_info=True)
             await asyncio.sleep(INTERVAL_S)
 
-    task = asyncio.create_task(beat(), name="kairos-heartbeat")
     try:
-        yield
+        async with running(beat(), "kairos-heartbeat"):
+            yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         path.unlink(missing_ok=True)
 
 

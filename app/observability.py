@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.exposition import generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from app.background import running
 from app.services.decision import DecisionGate, DecisionOutcome
 
 #: prometheus_client's own switch: set, every metric value lives in a file of this directory
@@ -182,13 +183,10 @@ class Metrics:
                 await asyncio.sleep(GAUGE_SYNC_S)
                 self.sync()
 
-        task = asyncio.create_task(keep_synced(), name="metrics-gauge-sync")
         try:
-            yield
+            async with running(keep_synced(), "metrics-gauge-sync"):
+                yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
             mark_process_dead(os.getpid(), self.shared_dir)  # type: ignore[no-untyped-call]
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:

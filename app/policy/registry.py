@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.background import running
 from app.policy.onnx_policy import (
     CARD_FILE,
     MODEL_FILE,
@@ -47,6 +48,18 @@ logger = logging.getLogger(__name__)
 
 #: a directory's mtime is trusted as "nothing changed since" once it is this old (ns)
 _SETTLED_NS = 1_000_000_000
+
+
+def _named_dirs(parent: Path) -> list[Path]:
+    """The subdirectories of ``parent`` named like a model or a version, sorted (none when it is
+    not a directory; staging directories start with a dot)."""
+    if not parent.is_dir():
+        return []
+    return sorted(
+        p
+        for p in parent.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and _SEGMENT.match(p.name)
+    )
 
 
 class ModelExistsError(Exception):
@@ -138,15 +151,10 @@ class PolicyRegistry:
     def discover(self) -> list[ModelEntry]:
         """(Re)scan ``models_dir``; returns every entry, loaded or refused."""
         found: dict[tuple[str, str], ModelEntry] = {}
-        if self.models_dir.is_dir():
-            for model_dir in sorted(p for p in self.models_dir.iterdir() if p.is_dir()):
-                if model_dir.name.startswith(".") or not _SEGMENT.match(model_dir.name):
-                    continue
-                for version_dir in sorted(p for p in model_dir.iterdir() if p.is_dir()):
-                    if version_dir.name.startswith(".") or not _SEGMENT.match(version_dir.name):
-                        continue
-                    entry = self._load(model_dir.name, version_dir.name, version_dir)
-                    found[(entry.name, entry.version)] = entry
+        for model_dir in _named_dirs(self.models_dir):
+            for version_dir in _named_dirs(model_dir):
+                entry = self._load(model_dir.name, version_dir.name, version_dir)
+                found[(entry.name, entry.version)] = entry
         with self._lock:
             self._entries = found
             self.generation += 1
@@ -195,23 +203,15 @@ class PolicyRegistry:
         One ``stat`` per name while nothing changed; run it off the event loop (loading a model
         takes tens of milliseconds)."""
         added: list[ModelEntry] = []
-        if not self.models_dir.is_dir():
-            return added
-        for model_dir in sorted(self.models_dir.iterdir()):
-            if model_dir.name.startswith(".") or not _SEGMENT.match(model_dir.name):
-                continue
-            try:
-                stamp = (
-                    model_dir.stat().st_mtime_ns
-                )  # before listing: a later rename shows next time
+        for model_dir in _named_dirs(self.models_dir):
+            try:  # the stamp before the listing: a rename after it shows next time
+                stamp = model_dir.stat().st_mtime_ns
             except FileNotFoundError:
                 continue
-            if not model_dir.is_dir() or self._stamps.get(model_dir.name) == stamp:
+            if self._stamps.get(model_dir.name) == stamp:
                 continue
-            for version_dir in sorted(p for p in model_dir.iterdir() if p.is_dir()):
+            for version_dir in _named_dirs(model_dir):
                 version = version_dir.name
-                if version.startswith(".") or not _SEGMENT.match(version):
-                    continue
                 key = (model_dir.name, version)
                 with self._lock:
                     known = key in self._entries
@@ -310,10 +310,5 @@ async def watching(registry: PolicyRegistry, interval_s: float) -> AsyncIterator
                     "policy %s@%s installed elsewhere: %s", entry.name, entry.version, state
                 )
 
-    task = asyncio.create_task(watch(), name="kairos-models-watch")
-    try:
+    async with running(watch(), "kairos-models-watch"):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
