@@ -11,6 +11,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from app.settings import Settings, get_settings
 
@@ -61,6 +62,7 @@ def _serve(args: Sequence[str]) -> int:
             port=opts.port,
             workers=opts.workers,
             log_level=settings.LOG_LEVEL,
+            log_config=_log_config(settings),
             proxy_headers=False,
         )
         return 0
@@ -89,6 +91,7 @@ def _supervise(opts: argparse.Namespace, settings: Settings) -> int:
         port=port,
         workers=opts.workers,
         log_level=settings.LOG_LEVEL,
+        log_config=_log_config(settings),
         proxy_headers=False,
     )
     heartbeats = Path(settings.HEARTBEAT_DIR) if settings.HEARTBEAT_DIR else None
@@ -99,6 +102,14 @@ def _supervise(opts: argparse.Namespace, settings: Settings) -> int:
         heartbeat_dir=heartbeats,
     )
     return supervisor.run()
+
+
+def _log_config(settings: Settings) -> dict[str, Any]:
+    """uvicorn's logging configuration, with secrets redacted from every line (the access log
+    included) in each serving process."""
+    from app.observability import uvicorn_log_config
+
+    return uvicorn_log_config(settings.LOG_LEVEL)
 
 
 #: prometheus_client's multiprocess switch (``app.observability.MULTIPROC_ENV``; not imported

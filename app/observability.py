@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
@@ -210,8 +213,90 @@ class Metrics:
         return generate_latest(merged)
 
 
+#: Kairos' own log line format (the root logger's)
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+#: redacted in place of a secret
+REDACTED = "[redacted]"
+#: a query parameter (or form field) whose name contains one of these holds a secret
+_SECRET_WORD = r"key|token|passw(?:or)?d|pwd|secret|auth|session|credential|signature|sig"
+_SECRET_NAME = re.compile(rf"[\w.\-]*(?:{_SECRET_WORD})[\w.\-]*", re.IGNORECASE)
+#: ``name=value`` after a query-string separator, raw or percent-encoded (a URL inside a query)
+_SECRET_PARAM = re.compile(
+    rf"((?:^|[?&;\s]|%3F|%26)(?:{_SECRET_NAME.pattern})(?:=|%3D))((?:(?!%26)[^&#;\s\"'])*)",
+    re.IGNORECASE,
+)
+#: an ``Authorization`` header's credentials, however it is written out
+_CREDENTIALS = re.compile(
+    r"(\b(?:bearer|basic|digest)\s+)[^\s\"',;)]+"
+    r"|(\bauthorization[\"']?\s*[:=,]\s*(?:b?[\"'])?)[^\"'\n]+",
+    re.IGNORECASE,
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a query parameter called ``name`` holds a secret (``key``, ``api_key``,
+    ``token``, ``password``, ``secret``, ...): never logged, never accepted in a URL."""
+    return _SECRET_NAME.fullmatch(name) is not None
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with the values of secret-looking query parameters and any credentials of an
+    ``Authorization`` header replaced by :data:`REDACTED`."""
+
+    def credentials(match: re.Match[str]) -> str:
+        return (match.group(1) or match.group(2)) + REDACTED
+
+    text = _SECRET_PARAM.sub(lambda m: m.group(1) + REDACTED if m.group(2) else m.group(0), text)
+    return _CREDENTIALS.sub(credentials, text)
+
+
+class RedactSecrets(logging.Filter):
+    """A handler filter that takes secrets out of every record it passes (message and string
+    arguments, element by element so that uvicorn's access formatter still unpacks its five
+    arguments): request lines carrying ``?key=...`` and the like, and ``Authorization`` values."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact_secrets(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(_redact_arg(a) for a in record.args)
+        elif isinstance(record.args, Mapping):
+            record.args = {k: _redact_arg(v) for k, v in record.args.items()}
+        return True
+
+
+def _redact_arg(value: object) -> object:
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, bytes):
+        return redact_secrets(value.decode("latin-1")).encode("latin-1")
+    return value
+
+
 def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
     logging.getLogger("app").setLevel(level.upper())
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactSecrets) for f in handler.filters):
+            handler.addFilter(RedactSecrets())
+
+
+def uvicorn_log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging configuration with :class:`RedactSecrets` on every handler (its access
+    log writes each request line, query string included), and a root handler in Kairos' format
+    with the same filter. It is applied in every serving process, spawned workers included."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["filters"] = {"redact_secrets": {"()": f"{__name__}.RedactSecrets"}}
+    config["formatters"]["kairos"] = {"format": LOG_FORMAT}
+    config["handlers"]["kairos"] = {
+        "formatter": "kairos",
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stderr",
+    }
+    for handler in config["handlers"].values():
+        handler["filters"] = ["redact_secrets"]
+    config["root"] = {"handlers": ["kairos"], "level": level.upper()}
+    config["loggers"]["app"] = {"level": level.upper()}
+    return config

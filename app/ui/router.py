@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
@@ -27,11 +28,15 @@ from app.ui import views
 from app.ui.auth import (
     COOKIE,
     COOKIE_PATH,
+    LEGACY_COOKIE,
+    SESSION_TTL_S,
     LoginRequired,
     auth_enabled,
     is_safe_next,
+    new_session_token,
     resolve_ui_tenant,
-    url_without_key,
+    secret_params,
+    url_without_secrets,
 )
 from app.ui.settings import UISettings, get_ui_settings
 
@@ -71,25 +76,41 @@ def _refresh(request: Request) -> int | None:
 
 
 def _enter(request: Request) -> str | Response:
-    """The caller's tenant, or the response that gets them one (login form / cookie redirect)."""
+    """The caller's tenant, or the response that gets them one (login form, or the refusal of
+    an address that carries a secret)."""
+    refused = _refuse_secret_in_url(request)
+    if refused is not None:
+        return refused
     try:
-        tenant = resolve_ui_tenant(request)
+        return resolve_ui_tenant(request)
     except LoginRequired as exc:
-        target = url_without_key(request)
+        target = url_without_secrets(request)
         if exc.bad_key:
             return _render(request, "login.html", {"next": target, "error": BAD_KEY}, 401)
-        return RedirectResponse(f"/ui/login?next={target}", status_code=303)
-    if "key" in request.query_params:
-        response = RedirectResponse(url_without_key(request), status_code=303)
-        _set_key_cookie(response, request.query_params["key"])
-        return response
-    return tenant
+        return RedirectResponse(f"/ui/login?{urlencode({'next': target})}", status_code=303)
 
 
-def _set_key_cookie(response: Response, key: str) -> None:
+def _refuse_secret_in_url(request: Request) -> Response | None:
+    """A 400 page pointing to the login form if the address carries a secret-looking query
+    parameter (``?key=``): the key is neither used nor put in a cookie."""
+    names = secret_params(request)
+    if not names:
+        return None
+    login = f"/ui/login?{urlencode({'next': url_without_secrets(request)})}"
+    return _render(request, "secret_in_url.html", {"names": names, "login": login}, 400)
+
+
+def _set_session_cookie(request: Request, response: Response, key: str) -> None:
     response.set_cookie(
-        COOKIE, key, path=COOKIE_PATH, httponly=True, samesite="strict", max_age=12 * 3600
+        COOKIE,
+        new_session_token(key),
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        max_age=SESSION_TTL_S,
     )
+    response.delete_cookie(LEGACY_COOKIE, path=COOKIE_PATH)
 
 
 def _database(request: Request) -> Database:
@@ -102,11 +123,11 @@ def _decision_service(request: Request) -> DecisionService:
     return service
 
 
-def _error(request: Request, exc: ServiceError) -> HTMLResponse:
+def _error(request: Request, exc: ServiceError, tenant: str) -> HTMLResponse:
     return _render(
         request,
         "error.html",
-        {"status": exc.status_code, "message": exc.message},
+        {"status": exc.status_code, "message": exc.message, "tenant": tenant},
         status_code=exc.status_code,
     )
 
@@ -145,7 +166,7 @@ async def overview(request: Request, ui: UISettingsDep) -> Response:
             "clusters": [_cluster_view(c) for c in page.items],
             "more_clusters": page.next_cursor is not None,
             "shadows": shadows,
-            "policies": policy_service.list_policies(_decision_service(request)),
+            "policies": policy_service.list_policies(_decision_service(request), entered),
             "reports": views.report_files(reports_dir),
             "reports_dir": str(reports_dir),
         },
@@ -174,7 +195,7 @@ async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> 
             )
             shadow_report = await shadow_service.shadow_report(ctx, cluster_id)
     except ServiceError as exc:
-        return _error(request, exc)
+        return _error(request, exc, entered)
     return _render(
         request,
         "cluster.html",
@@ -206,6 +227,9 @@ def _decision_row(decision: DecisionRead) -> dict[str, Any]:
 
 @router.get("/login", response_class=HTMLResponse)
 async def login_form(request: Request, next: str = "/ui") -> Response:
+    refused = _refuse_secret_in_url(request)
+    if refused is not None:
+        return refused
     return _render(request, "login.html", {"next": next if is_safe_next(next) else "/ui"})
 
 
@@ -215,19 +239,29 @@ async def login(
     key: Annotated[str, Form(max_length=512)],
     next: Annotated[str, Form(max_length=2048)] = "/ui",
 ) -> Response:
+    """The key arrives in the form's body; the answer sets a session cookie, not the key."""
     target = next if is_safe_next(next) else "/ui"
     keys = request.app.state.api_keys
-    if keys and tenant_for_key(keys, key.strip()) is None:
+    if not keys:
+        return RedirectResponse(target, status_code=303)
+    if tenant_for_key(keys, key.strip()) is None:
         return _render(request, "login.html", {"next": target, "error": BAD_KEY}, 401)
     response = RedirectResponse(target, status_code=303)
-    _set_key_cookie(response, key.strip())
+    _set_session_cookie(request, response, key.strip())
     return response
 
 
 @router.post("/logout")
-async def logout() -> Response:
+async def logout(request: Request) -> Response:
     response = RedirectResponse("/ui/login", status_code=303)
-    response.delete_cookie(COOKIE, path=COOKIE_PATH)
+    for name in (COOKIE, LEGACY_COOKIE):
+        response.delete_cookie(
+            name,
+            path=COOKIE_PATH,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
     return response
 
 

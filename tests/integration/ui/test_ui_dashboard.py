@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from app.schemas.decision import (
 from app.schemas.decision import PlacementRead as DecisionPlacement
 from app.settings import Settings
 from app.ui import views
+from app.ui.auth import COOKIE, new_session_token, session_token
 from app.ui.settings import UISettings, get_ui_settings
 
 KEYS = "acme:sk-acme,globex:sk-globex"
@@ -166,31 +168,93 @@ class TestAuth:
     async def test_no_key_redirects_to_login(self, keyed_ui: httpx.AsyncClient):
         r = await keyed_ui.get("/ui/clusters/a")
         assert r.status_code == 303
-        assert r.headers["location"] == "/ui/login?next=/ui/clusters/a"
+        assert r.headers["location"] == "/ui/login?next=%2Fui%2Fclusters%2Fa"
         form = await keyed_ui.get("/ui/login")
         assert form.status_code == 200
         assert 'name="key"' in form.text
+        assert 'method="post"' in form.text
 
     async def test_bad_key_is_401(self, keyed_ui: httpx.AsyncClient):
-        r = await keyed_ui.get("/ui?key=nope")
+        r = await keyed_ui.get("/ui", headers={"Authorization": "Bearer nope"})
         assert r.status_code == 401
         assert "not valid" in r.text
         r = await keyed_ui.post("/ui/login", data={"key": "nope", "next": "/ui"})
         assert r.status_code == 401
+        assert "set-cookie" not in r.headers
 
-    async def test_query_key_sets_cookie_and_strips_itself(self, keyed_ui: httpx.AsyncClient):
-        r = await keyed_ui.get("/ui?key=sk-acme&refresh=30")
+    @pytest.mark.parametrize(
+        "address",
+        [
+            "/ui?key=sk-acme&refresh=30",
+            "/ui/clusters/a?refresh=30&key=sk-acme",
+            "/ui/login?key=sk-acme&next=/ui",
+            "/ui/reports/hpc/slowdown.svg?api_key=sk-acme",
+            "/ui?token=sk-acme",
+        ],
+    )
+    async def test_a_key_in_the_address_is_refused_and_never_used(
+        self, keyed_ui: httpx.AsyncClient, address: str
+    ):
+        r = await keyed_ui.get(address)
+        assert r.status_code == 400
+        assert "set-cookie" not in r.headers
+        assert "sk-acme" not in r.text
+        assert 'data-testid="login-link"' in r.text
+        assert "/ui/login?next=" in r.text
+        assert (await keyed_ui.get("/ui")).status_code == 303  # still logged out
+
+    async def test_the_refusal_points_back_to_the_page_without_the_key(
+        self, keyed_ui: httpx.AsyncClient
+    ):
+        r = await keyed_ui.get("/ui/clusters/a?key=sk-acme&refresh=30")
+        assert 'href="/ui/login?next=%2Fui%2Fclusters%2Fa%3Frefresh%3D30"' in r.text
+
+    async def test_a_key_in_the_address_is_refused_without_auth_too(
+        self, open_ui: httpx.AsyncClient
+    ):
+        assert (await open_ui.get("/ui?key=anything")).status_code == 400
+
+    async def test_login_form_sets_a_session_cookie_not_the_key(self, keyed_ui: httpx.AsyncClient):
+        r = await keyed_ui.post("/ui/login", data={"key": "sk-acme", "next": "/ui?refresh=30"})
         assert r.status_code == 303
         assert r.headers["location"] == "/ui?refresh=30"
-        cookie = r.headers["set-cookie"]
-        assert "kairos_ui_key=sk-acme" in cookie
+        cookie = r.headers.get_list("set-cookie")[0]
+        assert cookie.startswith(f"{COOKIE}=")
+        assert "sk-acme" not in "".join(r.headers.get_list("set-cookie"))
         assert "HttpOnly" in cookie
         assert "samesite=strict" in cookie.lower()
+        assert "Path=/ui" in cookie
+        assert "Secure" not in cookie  # plain http here
         page = await keyed_ui.get("/ui")  # the client keeps the cookie
         assert page.status_code == 200
         assert "acme" in page.text
+        token = keyed_ui.cookies[COOKIE]
+        api = await keyed_ui.get("/v1/clusters", headers={"Authorization": f"Bearer {token}"})
+        assert api.status_code == 401  # the session token is no API key
 
-    async def test_login_form_sets_cookie_and_refuses_open_redirects(
+    async def test_the_session_cookie_is_secure_over_https(self, tmp_path: Path, reports: Path):
+        app = _app(tmp_path, reports, KEYS)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="https://kairos.test") as c:
+                r = await c.post("/ui/login", data={"key": "sk-acme"})
+                assert "Secure" in r.headers.get_list("set-cookie")[0]
+
+    async def test_a_session_is_valid_on_every_replica_with_the_same_keys(
+        self, keyed_ui: httpx.AsyncClient, tmp_path: Path, reports: Path
+    ):
+        await keyed_ui.post("/ui/login", data={"key": "sk-globex"})
+        cookie = {"Cookie": f"{COOKIE}={keyed_ui.cookies[COOKIE]}"}
+        (tmp_path / "replica").mkdir()
+        (tmp_path / "other").mkdir()
+        async for replica in _client(_app(tmp_path / "replica", reports, KEYS)):
+            page = await replica.get("/ui", headers=cookie)
+            assert page.status_code == 200
+            assert "globex" in page.text
+        async for other in _client(_app(tmp_path / "other", reports, "globex:sk-rotated")):
+            assert (await other.get("/ui", headers=cookie)).status_code == 303
+
+    async def test_login_refuses_open_redirects_and_logout_ends_the_session(
         self, keyed_ui: httpx.AsyncClient
     ):
         r = await keyed_ui.post("/ui/login", data={"key": "sk-globex", "next": "https://evil"})
@@ -199,7 +263,16 @@ class TestAuth:
         assert (await keyed_ui.get("/ui")).status_code == 200
         out = await keyed_ui.post("/ui/logout")
         assert out.status_code == 303
+        assert all("Max-Age=0" in c for c in out.headers.get_list("set-cookie"))
         assert (await keyed_ui.get("/ui")).status_code == 303
+
+    async def test_a_tampered_or_expired_session_is_refused(self, keyed_ui: httpx.AsyncClient):
+        now = time.time()
+        forged = session_token("sk-guess", int(now) + 60)
+        expired = session_token("sk-acme", int(now) - 1)
+        for token in (forged, expired, new_session_token("sk-acme", now)[:-1], "9" * 40, ""):
+            r = await keyed_ui.get("/ui", headers={"Cookie": f"{COOKIE}={token}"})
+            assert r.status_code == 303, token
 
     async def test_each_tenant_sees_only_its_clusters(self, keyed_ui: httpx.AsyncClient):
         await _populate(keyed_ui, "acme-c", {"Authorization": "Bearer sk-acme"})
