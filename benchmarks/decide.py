@@ -273,6 +273,8 @@ class Result:
     answered: int = 0
     #: requests refused with 429 in the cell
     refused_count: int = 0
+    #: answers the fallback decided (``fallback`` is their share of ``answered``)
+    fallback_count: int = 0
     #: server CPU per request, all processes, in ms (set by ``measured``; None without procfs)
     cpu_ms: float | None = None
     #: the load generator's (this process's) CPU per request sent, in ms (set by ``measured``)
@@ -313,6 +315,7 @@ class Result:
             refused=refused / max(1, len(latencies) + refused),
             answered=len(latencies),
             refused_count=refused,
+            fallback_count=fallbacks,
         )
 
 
