@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from app.api.docs import install_docs
-from app.api.errors import install_error_handlers
+from app.api.errors import ErrorGuardMiddleware, install_error_handlers
 from app.api.middleware import (
     AdmissionMiddleware,
     AnsweredKeys,
@@ -133,5 +133,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(IdempotencyMiddleware, answered=answered)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.MAX_BODY_BYTES)
     app.add_middleware(AdmissionMiddleware, answered=answered)
+    app.add_middleware(ErrorGuardMiddleware)  # inside metrics: its answers are counted
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

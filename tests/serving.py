@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,3 +71,26 @@ def kairos_serve(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextmanager
+def serve_in_thread(app: object, start_timeout_s: float = 60) -> Iterator[str]:
+    """Serve the ASGI ``app`` (lifespan included) with a real uvicorn server in a thread on a
+    free loopback port until the block ends; yields its base URL once it accepts requests."""
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while not server.started:
+            if not thread.is_alive():
+                pytest.fail("the uvicorn server thread exited before it started")
+            if time.monotonic() > deadline:
+                pytest.fail("the uvicorn server did not start")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

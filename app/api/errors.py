@@ -2,6 +2,11 @@
 
 The service raises :class:`~app.services.errors.ServiceError` subclasses; FastAPI's validation
 errors, Starlette's HTTP errors and anything unexpected are mapped here too.
+
+Anything else an app or middleware raises before its response started is answered by
+:class:`ErrorGuardMiddleware` with a complete response, so the keep-alive connection stays
+usable: 503 ``backend_unavailable`` with ``Retry-After`` when the database cannot be reached
+(:func:`app.db.engine.backend_unavailable`), else a logged 500 ``internal_error``.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.db.engine import backend_unavailable
 from app.schemas.common import ErrorResponse
-from app.services.errors import ServiceError
+from app.services.errors import BackendUnavailableError, ServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +52,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (409, "Conflict: same id with another body, transition not allowed, Idempotency-Key reuse"),
         (413, "Request body too large"),
         (422, "Validation error; details name each bad field"),
+        (
+            503,
+            "`backend_unavailable`: the database cannot be reached or cannot serve now. Retry "
+            "after `Retry-After` seconds (a retry of a write with the same id or "
+            "`Idempotency-Key` cannot apply it twice).",
+        ),
     )
 }
 
@@ -129,9 +142,56 @@ async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, code, message, headers=headers)
 
 
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+def _backend_unavailable_response(exc: BackendUnavailableError) -> JSONResponse:
+    return error_response(exc.status_code, exc.code, exc.message, headers=exc.headers)
+
+
+def unexpected_response(method: str, path: str, exc: Exception) -> JSONResponse:
+    """The answer to an exception no handler claimed: 503 when it says the database cannot be
+    reached, else 500 (logged with its traceback)."""
+    if backend_unavailable(exc):
+        logger.warning("database unavailable on %s %s: %r", method, path, exc)
+        return _backend_unavailable_response(BackendUnavailableError())
+    logger.error("unhandled error on %s %s", method, path, exc_info=exc)
     return error_response(500, "internal_error", "an internal error occurred; it has been logged")
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's last resort, which re-raises afterwards (the server then drops the
+    connection): the response says ``Connection: close``."""
+    response = unexpected_response(request.method, request.url.path, exc)
+    response.headers["Connection"] = "close"
+    return response
+
+
+class ErrorGuardMiddleware:
+    """Answers an exception raised before the response started with
+    :func:`unexpected_response` and does not re-raise it: the response is complete and the
+    connection stays open for the client's next request. An exception after the response
+    started propagates (the server closes the connection: the response is cut)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            if started:
+                raise
+            response = unexpected_response(scope["method"], scope["path"], exc)
+            await response(scope, receive, send)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -1,6 +1,7 @@
 """Pure-ASGI middleware: metrics, early admission, body size limit, ``Idempotency-Key`` replay.
 
-Order (outermost first): metrics -> admission -> body limit -> idempotency -> FastAPI.
+Order (outermost first): metrics -> error guard (``app.api.errors``) -> admission -> body limit
+-> idempotency -> FastAPI.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.deps import resolve_tenant
 from app.api.errors import error_body
+from app.db.engine import backend_unavailable
 from app.db.session import Database
 from app.observability import Metrics
 from app.services import idempotency
@@ -29,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 IDEMPOTENCY_HEADER = "idempotency-key"
 MAX_IDEMPOTENCY_KEY_LEN = 255
+#: ``scope["state"]`` flag: this ``POST /v1/decide`` could not claim its ``Idempotency-Key``
+#: (database unavailable), so its decision must not be stored (ADR 0087).
+UNSTORED_DECISION = "kairos_unstored_decision"
 
 
 async def _send_json(
@@ -353,15 +358,24 @@ class IdempotencyMiddleware:
         digest = idempotency.request_hash(scope["method"], scope["path"], body)
         database: Database = request.app.state.database
         ttl_s: int = request.app.state.settings.IDEMPOTENCY_TTL_S
-        stored = await idempotency.claim(
-            database,
-            tenant=tenant,
-            key=key,
-            method=scope["method"],
-            path=scope["path"],
-            digest=digest,
-            ttl=timedelta(seconds=ttl_s) if ttl_s > 0 else None,
-        )
+        try:
+            stored = await idempotency.claim(
+                database,
+                tenant=tenant,
+                key=key,
+                method=scope["method"],
+                path=scope["path"],
+                digest=digest,
+                ttl=timedelta(seconds=ttl_s) if ttl_s > 0 else None,
+            )
+        except Exception as exc:
+            decides = _DECIDES.fullmatch(scope["path"])
+            if not (backend_unavailable(exc) and decides is not None and decides.group(1)):
+                raise  # the error guard answers 503
+            # a stateless decision needs no database: decided, answered, not stored (ADR 0087)
+            scope.setdefault("state", {})[UNSTORED_DECISION] = True
+            await self.app(scope, receive, send)
+            return
         if stored is not None:
             await _answer_stored(send, stored, digest)
             return
@@ -393,7 +407,10 @@ class IdempotencyMiddleware:
         try:
             await self.app(scope, receive, hold)
         except BaseException:
-            await idempotency.release(database, tenant=tenant, key=key)
+            try:
+                await idempotency.release(database, tenant=tenant, key=key)
+            except Exception:  # the request's own error is the one to answer
+                logger.warning("could not release idempotency key %r", key, exc_info=True)
             raise
         body = b"".join(m.get("body", b"") for m in held if m["type"] == "http.response.body")
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -16,8 +16,56 @@ from app import jsonio
 SQLITE_BEGIN_IMMEDIATE = "kairos_begin_immediate"
 
 
+#: Seconds a new PostgreSQL connection may take before the attempt fails (asyncpg waits 60 s by
+#: default): an unreachable database fails a request fast instead of holding it.
+CONNECT_TIMEOUT_S = 5.0
+
+#: SQLSTATE classes that say the server cannot serve now, whatever the statement: connection
+#: exception (08), insufficient resources (53: too many clients, disk full), operator
+#: intervention (57: shutting down, starting up, terminated, cancelled).
+_UNAVAILABLE_SQLSTATE_CLASSES = frozenset({"08", "53", "57"})
+
+
 class UnsupportedDatabaseError(ValueError):
     pass
+
+
+def backend_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database cannot be reached or cannot serve now, as opposed to
+    a statement it refused (constraint violations, bad data, SQL errors: bugs or 4xx).
+
+    True for: a lost or refused connection (``OSError``, a DBAPI error that invalidated its
+    connection, ``InterfaceError``), an exhausted pool (``sqlalchemy.exc.TimeoutError``), any
+    ``OperationalError`` (SQLite's locked or unopenable file), and PostgreSQL errors of the
+    SQLSTATE classes 08, 53 and 57, found on the error itself, its driver error or their causes.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException] = [error]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen or len(seen) > 16:
+            continue
+        seen.add(id(current))
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+            continue
+        if isinstance(current, exc.IntegrityError | exc.DataError | exc.ProgrammingError):
+            return False
+        if isinstance(current, OSError | exc.TimeoutError | exc.OperationalError):
+            return True
+        if isinstance(current, exc.InterfaceError):
+            return True
+        if isinstance(current, exc.DBAPIError) and current.connection_invalidated:
+            return True
+        sqlstate = getattr(current, "sqlstate", None)
+        if isinstance(sqlstate, str) and sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES:
+            return True
+        orig = getattr(current, "orig", None)
+        if isinstance(orig, BaseException):
+            todo.append(orig)
+        if current.__cause__ is not None:
+            todo.append(current.__cause__)
+    return False
 
 
 def json_dumps(value: Any) -> str:
@@ -51,7 +99,11 @@ def make_engine(
     pool_size: int = 10,
     max_overflow: int = 20,
     sqlite_busy_timeout_s: float = 30.0,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
 ) -> AsyncEngine:
+    """PostgreSQL: a pool that checks each connection before handing it out (``pool_pre_ping``),
+    so connections a database restart killed are replaced, and one a statement found dead is
+    invalidated and never handed out again."""
     target = async_url(url)
     if target.get_backend_name() == "sqlite":
         engine = create_async_engine(
@@ -68,6 +120,7 @@ def make_engine(
         max_overflow=max_overflow,
         pool_pre_ping=True,
         pool_recycle=1800,
+        connect_args={"timeout": connect_timeout_s},
         json_serializer=json_dumps,
     )
 

@@ -17,6 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.db.engine import SQLITE_BEGIN_IMMEDIATE, is_sqlite
 
+#: Seconds ``/readyz`` waits for the database before calling it down.
+PING_TIMEOUT_S = 2.0
+
 
 class Database:
     def __init__(self, engine: AsyncEngine) -> None:
@@ -45,11 +48,14 @@ class Database:
         """The in-process lock every SQLite write transaction holds (see the module doc)."""
         return self._write_lock
 
-    async def ping(self) -> bool:
+    async def ping(self, timeout_s: float = PING_TIMEOUT_S) -> bool:
+        """Whether a pooled connection answers ``SELECT 1`` within ``timeout_s``; a connection
+        that fails is invalidated by the pool, so a later ping after the database returns uses a
+        new one."""
         try:
-            async with self.engine.connect() as conn:
+            async with asyncio.timeout(timeout_s), self.engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
-        except Exception:  # any driver error means "not reachable"
+        except Exception:  # any driver error, or no answer in time, means "not reachable"
             return False
         return True
 

@@ -131,6 +131,14 @@ class DecisionRead(ReadSchema):
     explain: dict[str, Any] | None = None
     #: Present when the cluster runs a shadow policy: its choice, stored but not applied.
     shadow: ShadowRead | None = None
+    stored: bool = Field(
+        default=True,
+        description=(
+            "Whether the decision is in the decision log. Always true for scheduling rounds. "
+            "`POST /v1/decide` answers false when the database was unavailable: the decision "
+            "is valid, but `GET /v1/decisions/{id}` will not find it (ADR 0087)."
+        ),
+    )
 
 
 class DecisionDetail(DecisionRead):

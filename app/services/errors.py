@@ -77,5 +77,18 @@ class UnavailableError(ServiceError):
     code = "unavailable"
 
 
+#: ``Retry-After`` (seconds) of a 503 for a backend that is down: about a database restart.
+BACKEND_RETRY_AFTER_S = 2
+
+
+class BackendUnavailableError(UnavailableError):
+    """A backend the request needs (the database) cannot be reached or cannot serve now."""
+
+    code = "backend_unavailable"
+
+    def __init__(self, message: str = "the database is unavailable; retry later") -> None:
+        super().__init__(message, headers={"Retry-After": str(BACKEND_RETRY_AFTER_S)})
+
+
 def not_found(kind: str, ident: str) -> NotFoundError:
     return NotFoundError(f"{kind} {ident!r} does not exist", code=f"{kind}_not_found")

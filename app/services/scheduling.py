@@ -15,6 +15,7 @@ cluster never see the same pending job or the same free capacity.
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections.abc import Sequence
@@ -23,11 +24,12 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from app.db.decision_writer import DecisionWriter, DuplicateRequestError
+from app.db.engine import backend_unavailable
 from app.db.orm import ClusterRecord, DecisionRecord, JobRecord, NodeRecord
 from app.db.repositories.decision_repository import DecisionRepository
 from app.db.repositories.job_repository import JobRepository
 from app.db.repositories.node_repository import NodeRepository
-from app.domain.clock import epoch_now
+from app.domain.clock import epoch_now, utc_now
 from app.domain.types import (
     Backfill,
     ClusterState,
@@ -61,6 +63,8 @@ from app.services.decision import (
 )
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
 from app.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 
 def new_decision_id() -> str:
@@ -348,11 +352,15 @@ async def decide_snapshot(
     writer: DecisionWriter,
     settings: Settings,
     request_id: str | None = None,
+    store: bool = True,
 ) -> DecisionRead:
     """Decide a snapshot and store the decision (group commit, ADR 0026).
 
     No transaction is open while the decision is computed: the record is handed to the
-    :class:`DecisionWriter`, which returns once it is committed.
+    :class:`DecisionWriter`, which returns once it is committed. When the database cannot be
+    reached, or ``store`` is false (the request's ``Idempotency-Key`` could not be claimed),
+    the decision is answered with ``stored: false``: it is not known to be in the log, and a
+    retry can never make it two stored decisions for one key (ADR 0087).
     """
     problems = []
     for field, name in (("policy", body.policy), ("fallback", body.fallback)):
@@ -389,10 +397,18 @@ async def decide_snapshot(
         request_id=request_id,
         dry_run=True,
     )
+    if not store:
+        record.created_at = utc_now()
+        return decision_read(record).model_copy(update={"stored": False})
     try:
         await writer.add(record)
     except DuplicateRequestError:
         raise ConflictError(
             f"request {record.request_id!r} was already decided", code="duplicate_request"
         ) from None
+    except Exception as exc:
+        if not backend_unavailable(exc):
+            raise
+        logger.warning("decision %s answered unstored: database unavailable: %r", record.id, exc)
+        return decision_read(record).model_copy(update={"stored": False})
     return decision_read(record)

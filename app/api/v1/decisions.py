@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header
+from fastapi import APIRouter, Body, Header, Request
 
 from app.api.deps import CtxDep, DecisionServiceDep, DecisionWriterDep, SettingsDep, TenantDep
 from app.api.errors import ERROR_RESPONSES, OVERLOADED_RESPONSE
+from app.api.middleware import UNSTORED_DECISION
 from app.api.v1.params import ClusterId, Cursor, DecisionId, Limit
 from app.schemas.common import DEFAULT_PAGE_LIMIT, Page, example
 from app.schemas.decision import (
@@ -77,10 +78,13 @@ async def schedule_cluster(
     summary="Decide on a snapshot (stateless)",
     description=(
         "Decides on a cluster snapshot sent in the body. Nothing about any cluster changes; the "
-        "decision is stored in the decision log (with `cluster_id: null`)."
+        "decision is stored in the decision log (with `cluster_id: null`). It needs no database "
+        "to decide: while the database is unavailable the decision is still answered, with "
+        "`stored: false` (not in the log; an `Idempotency-Key` is then not claimed either)."
     ),
 )
 async def decide(
+    request: Request,
     body: Annotated[
         DecideRequest,
         Body(openapi_examples={"small": example("Two nodes, two pending jobs", DECIDE_EXAMPLE)}),
@@ -98,6 +102,7 @@ async def decide(
         writer=writer,
         settings=settings,
         request_id=request_id,
+        store=not request.scope.get("state", {}).get(UNSTORED_DECISION, False),
     )
 
 

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from app.api.deps import DatabaseDep, DecisionServiceDep, MetricsDep
+from app.services.errors import BACKEND_RETRY_AFTER_S
 
 router = APIRouter(tags=["operations"])
 
@@ -42,7 +43,10 @@ async def get_healthz() -> Liveness:
     summary="Readiness",
     description=(
         "`database`, `queue` and `policies`, each `ok`, `degraded` or `down`. 200 when a "
-        "decision can be served (a degraded queue still serves in-process), 503 when not."
+        "decision can be served (a degraded queue still serves in-process), 503 (with "
+        "`Retry-After`) when not, or when the database is down: then every route that reads or "
+        "writes state answers 503 `backend_unavailable`, and `/v1/decide` answers unstored "
+        "decisions (`stored: false`). Back to 200 by itself once the database answers."
     ),
     responses={503: {"model": Readiness, "description": "A decision cannot be served"}},
 )
@@ -52,7 +56,10 @@ async def get_readyz(database: DatabaseDep, decisions: DecisionServiceDep) -> JS
     values = [db, parts["queue"], parts["policies"]]
     overall: Health = "down" if "down" in values else "degraded" if "degraded" in values else "ok"
     body = Readiness(status=overall, database=db, queue=parts["queue"], policies=parts["policies"])
-    return JSONResponse(body.model_dump(), status_code=503 if overall == "down" else 200)
+    if overall == "down":
+        headers = {"Retry-After": str(BACKEND_RETRY_AFTER_S)}
+        return JSONResponse(body.model_dump(), status_code=503, headers=headers)
+    return JSONResponse(body.model_dump())
 
 
 @router.get(

@@ -61,6 +61,9 @@ class Decision(BaseModel):
     dry_run: bool = False
     explain: dict[str, Any] | None = None
     shadow: Shadow | None = None
+    #: False when ``decide`` answered while the service's database was unavailable: the
+    #: decision is valid but not in the decision log (``decisions.retrieve`` will not find it).
+    stored: bool = True
 
     def allocated_job_ids(self) -> list[str]:
         """The ids of the jobs this decision starts, in allocation order."""
