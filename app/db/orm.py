@@ -159,3 +159,19 @@ class IdempotencyKeyRecord(Base):
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), default=utc_now, index=True
     )
+
+
+class AuditEventRecord(Base):
+    """One thing a tenant did (``action``, e.g. ``policy.upload``, on ``subject``, e.g.
+    ``name@version``), written in the transaction of the action itself; never changed."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_tenant_pk", "tenant", "pk"),)
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    action: Mapped[str] = mapped_column(String(64))
+    subject: Mapped[str] = mapped_column(String(256))
+    details: Mapped[JSONDict] = mapped_column(JSON)

@@ -150,6 +150,8 @@ def parse_card(
         raise PolicyRefusedError(
             RefusalReason.INVALID_CARD, f"card.json is not JSON: {exc}"
         ) from exc
+    except RecursionError:  # nesting past the interpreter's limit
+        raise PolicyRefusedError(RefusalReason.INVALID_CARD, "card.json nests too deeply") from None
     if not isinstance(raw, dict):
         raise PolicyRefusedError(RefusalReason.INVALID_CARD, "card.json must be a JSON object")
     missing = [key for key in REQUIRED_CARD_KEYS if key not in raw]

@@ -1,12 +1,26 @@
 """Every ONNX model under ``MODELS_DIR``: loaded or refused (with the reason).
 
+Two kinds of model live there (ADR 0088):
+
+* **shipped** models, in ``<models_dir>/<name>/<version>/``: read-only through the API and
+  visible to every tenant;
+* **uploads**, in ``<models_dir>/_tenants/<owner>/<name>/<version>/``: each belongs to the tenant
+  whose :func:`owner_of` is ``<owner>`` and is visible and usable by it alone. ``_tenants`` can
+  never be a model's name (names start with a letter or a digit).
+
+Inside the registry an upload is named by a *qualified* spec, ``<owner>:<name>[@<version>]``
+(:func:`qualified`); no name a caller can write holds a ``:``, so a caller's name only ever
+reaches shipped models. The service turns a tenant's name into the qualified spec before a
+decision reaches the selector (``DecisionService.resolve_spec``), so a worker process resolves
+it without knowing whose it is.
+
 Discovery happens at startup (:meth:`PolicyRegistry.discover`); uploads
-(:meth:`PolicyRegistry.install`) validate in memory, then write the version directory atomically
-(a temporary sibling directory renamed into place) so a half-written model is never discovered.
-Every process sharing ``MODELS_DIR`` (the API's worker processes and replicas, ``kairos
-worker``) picks up what another one installed with :meth:`PolicyRegistry.refresh`, which
-:func:`watching` runs every few seconds off the event loop: a name without a version then means
-the same newest version in every process (ADR 0086).
+(:meth:`PolicyRegistry.prepare` then :meth:`PolicyRegistry.commit`) validate in memory, then write
+the version directory atomically (a temporary sibling directory renamed into place) so a
+half-written model is never discovered. Every process sharing ``MODELS_DIR`` (the API's worker
+processes and replicas, ``kairos worker``) picks up what another one installed with
+:meth:`PolicyRegistry.refresh`, which :func:`watching` runs every few seconds off the event loop:
+a name without a version then means the same newest version in every process (ADR 0086).
 
 Names follow ``<name>[@<version>]``; without a version the newest loaded one is meant (versions
 compare naturally: ``2 < 10``, ``1.2 < 1.10``).  A name that is a heuristic is resolved by the
@@ -17,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -26,7 +41,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,14 +55,63 @@ from app.policy.onnx_policy import (
     RefusalReason,
     RuntimeOptions,
     file_sha256,
+    parse_card,
 )
 
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}$")
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}")
+#: an owner directory: :func:`owner_of`'s readable form, or its hashed form
+_OWNER = re.compile(r"(?:[a-z0-9_\-]|~[0-9a-f]{2}){1,128}|~~[0-9a-f]{64}")
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+
+#: the directory under ``models_dir`` that holds every tenant's uploads
+TENANTS_DIR = "_tenants"
+#: separates the owner from the name in a qualified spec (never part of a caller's name)
+OWNER_SEP = ":"
+#: the deepest nesting of arrays and objects a card may have
+MAX_CARD_DEPTH = 32
 
 logger = logging.getLogger(__name__)
 
 #: a directory's mtime is trusted as "nothing changed since" once it is this old (ns)
 _SETTLED_NS = 1_000_000_000
+
+
+def owner_of(tenant: str) -> str:
+    """The directory (under ``_tenants``) of ``tenant``'s uploads, safe in any path.
+
+    Lowercase letters, digits, ``_`` and ``-`` stay as they are; every other character becomes
+    ``~xx`` per byte of its UTF-8 (so ``Acme`` and ``acme`` differ on a case-insensitive file
+    system too). A result longer than 128 characters, or an empty one, is ``~~`` and the
+    tenant's sha256 instead. Distinct tenants never share an owner."""
+    readable = "".join(
+        ch if ch in _PLAIN else "".join(f"~{b:02x}" for b in ch.encode()) for ch in tenant
+    )
+    if 0 < len(readable) <= 128:
+        return readable
+    return "~~" + hashlib.sha256(tenant.encode()).hexdigest()
+
+
+def qualified(owner: str, spec: str) -> str:
+    """The registry's spec of ``spec`` (``name[@version]``) among ``owner``'s uploads (``""``:
+    the shipped models)."""
+    return f"{owner}{OWNER_SEP}{spec}" if owner else spec
+
+
+def split_spec(spec: str) -> tuple[str, str, str | None]:
+    """``(owner, name, version)`` of a registry spec; the owner is ``""`` for a shipped one."""
+    owner, sep, rest = spec.partition(OWNER_SEP)
+    if not sep:
+        owner, rest = "", spec
+    name, version = split_name(rest)
+    return owner, name, version
+
+
+def _valid_spec(owner: str, name: str, version: str | None) -> bool:
+    return (
+        (not owner or _OWNER.fullmatch(owner) is not None)
+        and _SEGMENT.fullmatch(name) is not None
+        and (version is None or _SEGMENT.fullmatch(version) is not None)
+    )
 
 
 def _named_dirs(parent: Path) -> list[Path]:
@@ -58,12 +122,20 @@ def _named_dirs(parent: Path) -> list[Path]:
     return sorted(
         p
         for p in parent.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and _SEGMENT.match(p.name)
+        if p.is_dir() and not p.name.startswith(".") and _SEGMENT.fullmatch(p.name)
     )
 
 
 class ModelExistsError(Exception):
     """``install`` of a name@version that is already there."""
+
+
+class ReservedNameError(Exception):
+    """An upload named like a shipped model or a heuristic (either would be shadowed)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"the name {name!r} is reserved: a shipped model or heuristic has it")
+        self.name = name
 
 
 @dataclass(slots=True)
@@ -76,10 +148,17 @@ class ModelEntry:
     message: str | None = None
     sha256: str | None = None
     card: dict[str, Any] | None = field(default=None)
+    #: :func:`owner_of` of the tenant whose upload this is; ``""``: a shipped model
+    owner: str = ""
 
     @property
     def loaded(self) -> bool:
         return self.policy is not None
+
+    @property
+    def spec(self) -> str:
+        """The registry's spec of this exact version (qualified for an upload)."""
+        return qualified(self.owner, f"{self.name}@{self.version}")
 
     @property
     def domain(self) -> str | None:
@@ -102,6 +181,18 @@ class ModelEntry:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedModel:
+    """An upload validated in memory by :meth:`PolicyRegistry.prepare`, not written yet."""
+
+    owner: str
+    name: str
+    version: str
+    policy: OnnxPolicy
+    model: bytes
+    card: bytes
+
+
 def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
     """Natural order: numeric parts compare as numbers and sort before text parts."""
     parts = re.split(r"[._\-]", version)
@@ -113,72 +204,165 @@ def split_name(spec: str) -> tuple[str, str | None]:
     return name, (version if sep else None)
 
 
+def _nesting(value: Any, limit: int) -> int:
+    """How deeply arrays and objects nest in ``value`` (a scalar: 0), counted without
+    recursion and at most to ``limit + 1``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Collection[Any] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_card_depth(card: bytes) -> None:
+    """Refuse (``invalid_card``) a card whose arrays and objects nest deeper than
+    :data:`MAX_CARD_DEPTH`; a card that is not JSON at all is left for ``parse_card`` to refuse."""
+    too_deep = PolicyRefusedError(
+        RefusalReason.INVALID_CARD, f"card.json nests deeper than {MAX_CARD_DEPTH} levels"
+    )
+    try:
+        raw = json.loads(card)
+    except RecursionError:
+        raise too_deep from None
+    except ValueError:
+        return
+    if _nesting(raw, MAX_CARD_DEPTH) > MAX_CARD_DEPTH:
+        raise too_deep
+
+
 def _read_card(path: Path) -> dict[str, Any] | None:
     try:
         raw = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    return raw if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or _nesting(raw, MAX_CARD_DEPTH) > MAX_CARD_DEPTH:
+        return None
+    return raw
 
 
 class PolicyRegistry:
-    """Thread-safe map ``(name, version) -> ModelEntry``."""
+    """Thread-safe map ``(owner, name, version) -> ModelEntry``."""
 
     def __init__(self, models_dir: Path, options: RuntimeOptions | None = None) -> None:
         self.models_dir = models_dir
         self.options = options or RuntimeOptions()
-        self._entries: dict[tuple[str, str], ModelEntry] = {}
+        self._entries: dict[tuple[str, str, str], ModelEntry] = {}
         self._misses: dict[str, float] = {}
         self._lock = threading.Lock()
         #: bumped (under the lock) whenever an entry is added or the directory rescanned, so
         #: callers may cache what they derive from :meth:`entries`
         self.generation = 0
-        #: each name directory's mtime when :meth:`refresh` last read it
-        self._stamps: dict[str, int] = {}
+        #: each (owner, name) directory's mtime when :meth:`refresh` last read it
+        self._stamps: dict[tuple[str, str], int] = {}
+
+    # ------------------------------------------------------------------ layout
+
+    def base(self, owner: str) -> Path:
+        """The directory of ``owner``'s name directories (``""``: the shipped ones)."""
+        return self.models_dir / TENANTS_DIR / owner if owner else self.models_dir
+
+    def _owners(self) -> list[str]:
+        tenants = self.models_dir / TENANTS_DIR
+        found = [
+            p.name for p in (sorted(tenants.iterdir()) if tenants.is_dir() else []) if p.is_dir()
+        ]
+        return ["", *(o for o in found if _OWNER.fullmatch(o))]
+
+    def _model_dirs(self) -> Iterator[tuple[str, Path]]:
+        for owner in self._owners():
+            for model_dir in _named_dirs(self.base(owner)):
+                yield owner, model_dir
 
     # ------------------------------------------------------------------ loading
 
-    def _load(self, name: str, version: str, directory: Path) -> ModelEntry:
+    def _load(self, owner: str, name: str, version: str, directory: Path) -> ModelEntry:
         model_path = directory / MODEL_FILE
         sha = file_sha256(model_path) if model_path.is_file() else None
         card = _read_card(directory / CARD_FILE)
         try:
             policy = OnnxPolicy.load(directory, options=self.options)
         except PolicyRefusedError as exc:
-            return ModelEntry(name, version, directory, None, exc.reason, exc.message, sha, card)
-        return ModelEntry(name, version, directory, policy, None, None, policy.sha256, card)
+            return ModelEntry(
+                name, version, directory, None, exc.reason, exc.message, sha, card, owner
+            )
+        return ModelEntry(name, version, directory, policy, None, None, policy.sha256, card, owner)
 
     def discover(self) -> list[ModelEntry]:
         """(Re)scan ``models_dir``; returns every entry, loaded or refused."""
-        found: dict[tuple[str, str], ModelEntry] = {}
-        for model_dir in _named_dirs(self.models_dir):
+        found: dict[tuple[str, str, str], ModelEntry] = {}
+        for owner, model_dir in self._model_dirs():
             for version_dir in _named_dirs(model_dir):
-                entry = self._load(model_dir.name, version_dir.name, version_dir)
-                found[(entry.name, entry.version)] = entry
+                entry = self._load(owner, model_dir.name, version_dir.name, version_dir)
+                found[(owner, entry.name, entry.version)] = entry
         with self._lock:
             self._entries = found
             self.generation += 1
         return self.entries()
 
-    def install(self, model: bytes, card: bytes) -> ModelEntry:
-        """Validate an upload and write it to ``<models_dir>/<name>/<version>/``.
+    def shipped_names(self) -> set[str]:
+        """The lowercased names of the shipped models, known or only on disk yet."""
+        with self._lock:
+            known = {n.lower() for (o, n, _) in self._entries if not o}
+        return known | {p.name.lower() for p in _named_dirs(self.models_dir)}
 
-        Raises :class:`PolicyRefusedError` (nothing written) or :class:`ModelExistsError`.
+    def prepare(
+        self,
+        model: bytes,
+        card: bytes,
+        *,
+        tenant: str | None = None,
+        reserved: Collection[str] = (),
+    ) -> PreparedModel:
+        """Validate an upload in memory: ``tenant``'s (``None``: a shipped model).
+
+        A tenant's upload may not take a shipped model's name nor one of ``reserved``
+        (lowercased; compared without regard to case). Raises :class:`PolicyRefusedError`,
+        :class:`ReservedNameError` or :class:`ModelExistsError`; nothing is written.
         """
-        policy = OnnxPolicy.from_bytes(model, card, options=self.options)
-        name, version = policy.card.name, policy.card.version
-        if not _SEGMENT.match(name) or not _SEGMENT.match(version):
+        check_card_depth(card)
+        parsed = parse_card(card)
+        name, version = parsed.name, parsed.version
+        if not _SEGMENT.fullmatch(name) or not _SEGMENT.fullmatch(version):
             raise PolicyRefusedError(
                 RefusalReason.INVALID_CARD, f"name {name!r} / version {version!r} not allowed"
             )
-        target = self.models_dir / name / version
+        owner = "" if tenant is None else owner_of(tenant)
+        if owner and (name.lower() in reserved or name.lower() in self.shipped_names()):
+            raise ReservedNameError(name)
+        self._check_absent(owner, name, version)
+        policy = OnnxPolicy.from_bytes(model, card, options=self.options)
+        return PreparedModel(owner, name, version, policy, model, card)
+
+    def _check_absent(self, owner: str, name: str, version: str) -> None:
+        target = self.base(owner) / name / version
         with self._lock:
-            if target.exists() or (name, version) in self._entries:
+            known = (owner, name, version) in self._entries
+        if known or target.exists():
+            raise ModelExistsError(f"{name}@{version} already exists")
+
+    def commit(self, prepared: PreparedModel) -> ModelEntry:
+        """Write a prepared upload to its version directory, atomically.
+
+        Raises :class:`ModelExistsError` when that name@version appeared meanwhile."""
+        owner, name, version = prepared.owner, prepared.name, prepared.version
+        target = self.base(owner) / name / version
+        with self._lock:
+            if target.exists() or (owner, name, version) in self._entries:
                 raise ModelExistsError(f"{name}@{version} already exists")
             target.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=target.parent))
             try:
-                for filename, data in ((MODEL_FILE, model), (CARD_FILE, card)):
+                for filename, data in ((MODEL_FILE, prepared.model), (CARD_FILE, prepared.card)):
                     with (staging / filename).open("wb") as handle:
                         handle.write(data)
                         handle.flush()
@@ -187,37 +371,57 @@ class PolicyRegistry:
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
+            policy = prepared.policy
             policy.path = target
             entry = ModelEntry(
-                name, version, target, policy, sha256=policy.sha256, card=dict(policy.card.raw)
+                name,
+                version,
+                target,
+                policy,
+                sha256=policy.sha256,
+                card=dict(policy.card.raw),
+                owner=owner,
             )
-            self._entries[(name, version)] = entry
+            self._entries[(owner, name, version)] = entry
             self.generation += 1
         return entry
 
+    def install(
+        self,
+        model: bytes,
+        card: bytes,
+        *,
+        tenant: str | None = None,
+        reserved: Collection[str] = (),
+    ) -> ModelEntry:
+        """:meth:`prepare` and :meth:`commit` in one: ``<models_dir>/<name>/<version>/`` for a
+        shipped model, ``<models_dir>/_tenants/<owner>/<name>/<version>/`` for ``tenant``'s."""
+        return self.commit(self.prepare(model, card, tenant=tenant, reserved=reserved))
+
     def refresh(self) -> list[ModelEntry]:
         """Load the versions another process installed since the last look: a name directory
-        whose mtime changed (a version renamed into it) is listed again, and each version not
-        known yet is loaded (or refused). Known entries stay as they are. Returns the new ones.
+        (shipped or a tenant's) whose mtime changed (a version renamed into it) is listed
+        again, and each version not known yet is loaded (or refused). Known entries stay as
+        they are. Returns the new ones.
 
         One ``stat`` per name while nothing changed; run it off the event loop (loading a model
         takes tens of milliseconds)."""
         added: list[ModelEntry] = []
-        for model_dir in _named_dirs(self.models_dir):
+        for owner, model_dir in self._model_dirs():
             try:  # the stamp before the listing: a rename after it shows next time
                 stamp = model_dir.stat().st_mtime_ns
             except FileNotFoundError:
                 continue
-            if self._stamps.get(model_dir.name) == stamp:
+            where = (owner, model_dir.name)
+            if self._stamps.get(where) == stamp:
                 continue
             for version_dir in _named_dirs(model_dir):
-                version = version_dir.name
-                key = (model_dir.name, version)
+                key = (owner, model_dir.name, version_dir.name)
                 with self._lock:
                     known = key in self._entries
                 if known:
                     continue
-                entry = self._load(model_dir.name, version, version_dir)
+                entry = self._load(owner, model_dir.name, version_dir.name, version_dir)
                 with self._lock:
                     if key not in self._entries:
                         self._entries[key] = entry
@@ -226,7 +430,7 @@ class PolicyRegistry:
             # a stamp from the last second may be shared by a rename still to come within the
             # file system's clock tick: look again next time rather than miss that version
             if time.time_ns() - stamp > _SETTLED_NS:
-                self._stamps[model_dir.name] = stamp
+                self._stamps[where] = stamp
         return added
 
     # ------------------------------------------------------------------ lookup
@@ -234,18 +438,19 @@ class PolicyRegistry:
     def entries(self) -> list[ModelEntry]:
         with self._lock:
             items = list(self._entries.values())
-        return sorted(items, key=lambda e: (e.name, version_key(e.version)))
+        return sorted(items, key=lambda e: (e.owner, e.name, version_key(e.version)))
 
-    def versions(self, name: str) -> list[ModelEntry]:
-        return [e for e in self.entries() if e.name == name]
+    def versions(self, name: str, owner: str = "") -> list[ModelEntry]:
+        return [e for e in self.entries() if e.owner == owner and e.name == name]
 
     def find(self, spec: str) -> ModelEntry | None:
-        """The entry for ``name@version``, or for ``name`` the newest loaded (else newest) one."""
-        name, version = split_name(spec)
+        """The entry for ``name@version``, or for ``name`` the newest loaded (else newest) one;
+        ``spec`` is qualified (:func:`qualified`) for an upload."""
+        owner, name, version = split_spec(spec)
         with self._lock:
             if version is not None:
-                return self._entries.get((name, version))
-            candidates = [e for (n, _), e in self._entries.items() if n == name]
+                return self._entries.get((owner, name, version))
+            candidates = [e for (o, n, _), e in self._entries.items() if o == owner and n == name]
         if not candidates:
             return None
         loaded = [e for e in candidates if e.loaded]
@@ -256,36 +461,33 @@ class PolicyRegistry:
         """:meth:`find`, else look on disk for a model installed since startup (by another
         process sharing ``MODELS_DIR``, e.g. an upload to the API seen by a worker).
 
-        A miss is re-checked on disk at most every ``retry_after_s`` seconds per name.
+        A miss is re-checked on disk at most every ``retry_after_s`` seconds per spec.
         """
         entry = self.find(spec)
         if entry is not None:
             return entry
-        name, version = split_name(spec)
-        if not _SEGMENT.match(name) or (version is not None and not _SEGMENT.match(version)):
+        owner, name, version = split_spec(spec)
+        if not _valid_spec(owner, name, version):
             return None
         now = time.monotonic()
         with self._lock:
             if now - self._misses.get(spec, -math.inf) < retry_after_s:
                 return None
             self._misses[spec] = now
-        model_dir = self.models_dir / name
+        model_dir = self.base(owner) / name
         if not model_dir.is_dir():
             return None
         versions = [version] if version is not None else [p.name for p in model_dir.iterdir()]
         for v in versions:
             directory = model_dir / v
-            if not directory.is_dir() or not _SEGMENT.match(v) or v.startswith("."):
+            if not directory.is_dir() or not _SEGMENT.fullmatch(v) or v.startswith("."):
                 continue
-            loaded = self._load(name, v, directory)
+            loaded = self._load(owner, name, v, directory)
             with self._lock:
-                if (name, v) not in self._entries:
-                    self._entries[(name, v)] = loaded
+                if (owner, name, v) not in self._entries:
+                    self._entries[(owner, name, v)] = loaded
                     self.generation += 1
         return self.find(spec)
-
-    def names(self) -> Iterable[str]:
-        return sorted({e.name for e in self.entries()})
 
 
 @contextlib.asynccontextmanager
@@ -306,9 +508,7 @@ async def watching(registry: PolicyRegistry, interval_s: float) -> AsyncIterator
                 continue
             for entry in added:
                 state = "loaded" if entry.loaded else f"refused ({entry.reason}: {entry.message})"
-                logger.info(
-                    "policy %s@%s installed elsewhere: %s", entry.name, entry.version, state
-                )
+                logger.info("policy %s installed elsewhere: %s", entry.spec, state)
 
     async with running(watch(), "kairos-models-watch"):
         yield

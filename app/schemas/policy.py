@@ -1,8 +1,10 @@
-"""Policies: every heuristic, and (from the pipeline) every ONNX model found."""
+"""Policies: every heuristic, every shipped ONNX model, and the caller's own uploads."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from app.schemas.common import ReadSchema
 
@@ -16,3 +18,10 @@ class PolicyRead(ReadSchema):
     card: dict[str, Any] | None = None
     loaded: bool
     description: str | None = None
+    scope: Literal["shared", "tenant"] = Field(
+        default="shared",
+        description=(
+            "`shared`: a heuristic or a shipped model, visible to every tenant and read-only; "
+            "`tenant`: an upload of the caller's, visible to it alone"
+        ),
+    )

@@ -15,11 +15,13 @@ from app.services.paging import cursor_arg
 from app.settings import Settings
 
 
-def _check_policies(body: ClusterUpsert, decisions: DecisionService) -> None:
+def _check_policies(body: ClusterUpsert, decisions: DecisionService, tenant: str) -> None:
+    """The cluster's policies are ones ``tenant`` may decide with (heuristics, shipped models,
+    its own uploads: ADR 0088) and its fallback is a heuristic."""
     problems: list[ErrorItem] = []
-    if body.policy is not None and not decisions.knows(body.policy):
+    if body.policy is not None and not decisions.knows(body.policy, tenant):
         problems.append(ErrorItem("body.policy", f"unknown policy {body.policy!r}", "unknown"))
-    if body.shadow_policy is not None and not decisions.knows(body.shadow_policy):
+    if body.shadow_policy is not None and not decisions.knows(body.shadow_policy, tenant):
         problems.append(
             ErrorItem("body.shadow_policy", f"unknown policy {body.shadow_policy!r}", "unknown")
         )
@@ -42,7 +44,7 @@ async def upsert_cluster(
     settings: Settings,
 ) -> tuple[ClusterRead, bool]:
     """Create or replace the cluster's definition; ``True`` when created."""
-    _check_policies(body, decisions)
+    _check_policies(body, decisions, ctx.tenant)
     repo = ClusterRepository(ctx.session)
     record = await repo.lock(ctx.tenant, cluster_id)
     created = record is None

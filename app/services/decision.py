@@ -44,6 +44,14 @@ from app.domain.types import (
     PlacementStrategy,
     PolicyRef,
 )
+from app.policy.registry import (
+    OWNER_SEP,
+    ModelEntry,
+    PreparedModel,
+    owner_of,
+    qualified,
+    version_key,
+)
 from app.policy.selector import DecisionRequest as PipelineRequest
 from app.services.errors import TooManyRequestsError
 from app.settings import Settings
@@ -78,6 +86,9 @@ class DecisionSpec:
     explain: bool = False
     #: computed beside the primary, stored, never applied (pipeline issue: shadow mode)
     shadow_policy: str | None = None
+    #: the tenant whose uploads ``policy`` and ``shadow_policy`` may name; None: only heuristics
+    #: and shipped models (ADR 0088)
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +118,44 @@ class PolicyInfo:
     description: str | None = None
     sha256: str | None = None
     card: dict[str, Any] | None = field(default=None)
+    #: the registry's owner of a tenant's upload (``owner_of(tenant)``); ``""``: a heuristic or
+    #: a shipped model, visible to every tenant
+    owner: str = ""
+
+    @property
+    def scope(self) -> Literal["shared", "tenant"]:
+        return "tenant" if self.owner else "shared"
+
+
+@dataclass(frozen=True, slots=True)
+class _Catalogue:
+    """Every policy of one registry generation: heuristics, then shipped models, then uploads;
+    ``by_name`` maps each lowercased name to its entries in that order."""
+
+    generation: int
+    infos: list[PolicyInfo]
+    by_name: dict[str, list[PolicyInfo]]
+
+
+def _preference(typed: str) -> Callable[[PolicyInfo], tuple[bool, bool, bool]]:
+    """Which of several policies one name matches is meant: a heuristic, then a shipped model,
+    then the tenant's upload (uploads never take the others' names; this orders those placed on
+    disk by hand), and the exact spelling first."""
+    return lambda i: (i.kind != "heuristic", i.owner != "", i.name != typed)
+
+
+def _info(entry: ModelEntry) -> PolicyInfo:
+    return PolicyInfo(
+        name=entry.name,
+        version=entry.version,
+        kind="onnx",
+        domain=entry.domain or "unknown",
+        loaded=entry.loaded,
+        description=None if entry.loaded else f"refused: {entry.reason}: {entry.message}",
+        sha256=entry.sha256,
+        card=entry.card,
+        owner=entry.owner,
+    )
 
 
 class InvalidSnapshotError(Exception):
@@ -352,7 +401,7 @@ class DecisionService:
 
     The pipeline replaces the internals (``_resolve``, ``_run``) with the ONNX runtime and the
     micro-batcher; ``decide``, ``policies``, ``get_policy``, ``knows`` and ``health`` are the
-    interface the API and services rely on.
+    interface the API and services rely on; the catalogue is per tenant (ADR 0088).
     """
 
     def __init__(
@@ -370,8 +419,8 @@ class DecisionService:
         self._observers: list[Callable[[DecisionOutcome], None]] = []
         #: the decision pipeline (ONNX models, batching, Redis); None: heuristics in a thread
         self.pipeline = pipeline
-        #: (registry generation, policy list) of the last :meth:`policies` call
-        self._policies: tuple[int, list[PolicyInfo]] | None = None
+        #: the catalogue of the registry's last generation seen
+        self._policies: _Catalogue | None = None
 
     async def start(self) -> None:
         """Load policies, connect transports. Heuristics need nothing."""
@@ -388,14 +437,21 @@ class DecisionService:
         self._observers.append(observer)
 
     # -- catalogue -----------------------------------------------------------------------------
+    #
+    # A tenant sees, and may decide with, the heuristics, the shipped models and its own uploads
+    # (``tenant`` None: the first two only); another tenant's upload is unknown to it (ADR 0088).
 
-    def policies(self) -> list[PolicyInfo]:
+    def _catalogue(self) -> _Catalogue:
         # asked on every decide (``knows``): rebuilt only when the registry changed
         generation = -1 if self.pipeline is None else self.pipeline.registry.generation
         cached = self._policies
-        if cached is None or cached[0] != generation:
-            cached = self._policies = (generation, self._list_policies())
-        return list(cached[1])
+        if cached is None or cached.generation != generation:
+            infos = self._list_policies()
+            by_name: dict[str, list[PolicyInfo]] = {}
+            for info in infos:
+                by_name.setdefault(info.name.lower(), []).append(info)
+            cached = self._policies = _Catalogue(generation, infos, by_name)
+        return cached
 
     def _list_policies(self) -> list[PolicyInfo]:
         heuristics = [
@@ -411,54 +467,86 @@ class DecisionService:
         ]
         if self.pipeline is None:
             return heuristics
-        models = [
-            PolicyInfo(
-                name=e.name,
-                version=e.version,
-                kind="onnx",
-                domain=e.domain or "unknown",
-                loaded=e.loaded,
-                description=None if e.loaded else f"refused: {e.reason}: {e.message}",
-                sha256=e.sha256,
-                card=e.card,
-            )
-            for e in self.pipeline.registry.entries()
-        ]
-        return heuristics + models
+        return heuristics + [_info(e) for e in self.pipeline.registry.entries()]
 
-    def get_policy(self, name: str) -> PolicyInfo | None:
+    def policies(self, tenant: str | None) -> list[PolicyInfo]:
+        """The policies ``tenant`` may see: heuristics, shipped models, its own uploads."""
+        owner = "" if tenant is None else owner_of(tenant)
+        return [i for i in self._catalogue().infos if i.owner in ("", owner)]
+
+    def get_policy(self, name: str, tenant: str | None) -> PolicyInfo | None:
+        """The policy ``name`` (``name@version``; any case) means to ``tenant``; without a version
+        the newest loaded (else newest) version, as the registry resolves it."""
         base, version = split_policy(name)
+        owner = "" if tenant is None else owner_of(tenant)
         matches = [
-            info
-            for info in self.policies()
-            if info.name.lower() == base and (version is None or version == info.version)
+            i
+            for i in self._catalogue().by_name.get(base, ())
+            if i.owner in ("", owner) and (version is None or i.version == version)
         ]
-        if version is None and self.pipeline is not None and matches:
-            entry = self.pipeline.registry.find(matches[0].name)  # newest loaded version
-            if entry is not None:
-                return next(i for i in matches if i.version == entry.version)
-        return matches[0] if matches else None
+        if not matches:
+            return None
+        first = min(matches, key=_preference(name.partition("@")[0].strip()))
+        if version is not None:
+            return first
+        same = [
+            i for i in matches if (i.owner, i.name, i.kind) == (first.owner, first.name, first.kind)
+        ]
+        pool = [i for i in same if i.loaded] or same
+        return max(pool, key=lambda i: version_key(i.version))
 
-    async def install_policy(self, model: bytes, card: bytes) -> PolicyInfo:
-        """Validate and store an uploaded ONNX model (``POST /v1/policies``).
+    def resolve_spec(self, name: str, tenant: str | None) -> str:
+        """The spec the decision pipeline resolves for ``name`` as ``tenant`` means it: a
+        heuristic's or shipped model's name as it is spelt on disk, an upload's qualified
+        (``<owner>:<name>[@<version>]``). A name ``tenant`` does not know stays as it is (the
+        pipeline falls back: ``model_missing``); one holding the qualifier's separator, which no
+        caller may write, is made one that can name nothing."""
+        if _names_heuristic(name):
+            return name
+        info = self.get_policy(name, tenant)
+        if info is None or info.kind == "heuristic":
+            return name.replace(OWNER_SEP, "%3A")
+        has_version = "@" in name
+        return qualified(info.owner, f"{info.name}@{info.version}" if has_version else info.name)
 
-        Raises ``app.policy.onnx_policy.PolicyRefusedError`` (with its reason) or
+    def _reserved(self) -> frozenset[str]:
+        return frozenset(name.lower() for name in HEURISTIC_CLASSES)
+
+    async def prepare_policy(self, model: bytes, card: bytes, *, tenant: str) -> PreparedModel:
+        """Validate an upload of ``tenant`` in memory (``POST /v1/policies``); nothing is written.
+
+        Raises ``app.policy.onnx_policy.PolicyRefusedError`` (with its reason),
+        ``app.policy.registry.ReservedNameError`` (a heuristic's or shipped model's name) or
         ``app.policy.registry.ModelExistsError``; ``RuntimeError`` without a pipeline.
         """
         if self.pipeline is None:
             raise RuntimeError("this service has no model registry")
-        entry = await anyio.to_thread.run_sync(self.pipeline.registry.install, model, card)
-        info = self.get_policy(f"{entry.name}@{entry.version}")
+        registry = self.pipeline.registry
+        return await anyio.to_thread.run_sync(
+            lambda: registry.prepare(model, card, tenant=tenant, reserved=self._reserved())
+        )
+
+    async def commit_policy(self, prepared: PreparedModel, *, tenant: str) -> PolicyInfo:
+        """Store a prepared upload; ``ModelExistsError`` if its name@version appeared since."""
+        if self.pipeline is None:
+            raise RuntimeError("this service has no model registry")
+        entry = await anyio.to_thread.run_sync(self.pipeline.registry.commit, prepared)
+        info = self.get_policy(f"{entry.name}@{entry.version}", tenant)
         assert info is not None
         return info
 
-    def knows(self, name: str) -> bool:
-        return _names_heuristic(name) or self.get_policy(name) is not None
+    async def install_policy(self, model: bytes, card: bytes, *, tenant: str) -> PolicyInfo:
+        """:meth:`prepare_policy` then :meth:`commit_policy`."""
+        prepared = await self.prepare_policy(model, card, tenant=tenant)
+        return await self.commit_policy(prepared, tenant=tenant)
+
+    def knows(self, name: str, tenant: str | None) -> bool:
+        return _names_heuristic(name) or self.get_policy(name, tenant) is not None
 
     def is_heuristic(self, name: str) -> bool:
         if _names_heuristic(name):  # a heuristic name always decides as the heuristic
             return True
-        info = self.get_policy(name)
+        info = self.get_policy(name, None)
         return info is not None and info.kind == "heuristic"
 
     def health(self) -> dict[str, Health]:
@@ -553,14 +641,15 @@ class DecisionService:
     ) -> tuple[Decision, str | None, ShadowOutcome | None]:
         """The pipeline decides (ONNX or heuristic, batched, maybe on a worker; ADR 0042)."""
         assert self.pipeline is not None
+        shadow_name = spec.shadow_policy
         result = await self.pipeline.decide(
             PipelineRequest(
                 request_id=request_id,
                 state=state,
                 config=config,
-                policy=spec.policy,
+                policy=self.resolve_spec(spec.policy, spec.tenant),
                 fallback=spec.fallback,
-                shadow=spec.shadow_policy,
+                shadow=None if shadow_name is None else self.resolve_spec(shadow_name, spec.tenant),
                 deadline=time.time() + deadline_s,
             )
         )
@@ -575,8 +664,10 @@ class DecisionService:
         if decision is None:
             decision = await self._fallback(state, spec.fallback, config, request_id)
         shadow = None
-        if result.shadow is not None and result.shadow.decision is not None:
-            shadow = ShadowOutcome(result.shadow.policy, result.shadow.decision.allocations)
+        shadow_decision = None if result.shadow is None else result.shadow.decision
+        if shadow_name is not None and shadow_decision is not None:
+            # stored under the name the cluster gave, not the registry's qualified spec
+            shadow = ShadowOutcome(shadow_name, shadow_decision.allocations)
         return decision, reason, shadow
 
     async def _primary(

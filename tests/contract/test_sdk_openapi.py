@@ -90,6 +90,7 @@ SAMPLE_CALLS: dict[str, Callable[[Client], object]] = {
     "policies.list": lambda c: c.policies.list(),
     "policies.retrieve": lambda c: c.policies.retrieve("f1"),
     "policies.upload": lambda c: c.policies.upload(b"onnx", {"name": "p"}),
+    "audit.list": lambda c: c.audit.list(action="policy.upload", limit=5),
     "decide": lambda c: c.decide(
         now=1.0,
         nodes=[{"id": "n1", "capacity": {"cpu": 1}, "allocated": {}, "state": "up"}],

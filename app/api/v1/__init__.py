@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from app.api.deps import get_tenant
-from app.api.v1 import clusters, decisions, jobs, k8s, policies
+from app.api.v1 import audit, clusters, decisions, jobs, k8s, policies
 
 api_router = APIRouter(prefix="/v1", dependencies=[Depends(get_tenant)])
 api_router.include_router(clusters.router)
@@ -14,3 +14,4 @@ api_router.include_router(jobs.router)
 api_router.include_router(decisions.router)
 api_router.include_router(policies.router)
 api_router.include_router(k8s.router)
+api_router.include_router(audit.router)

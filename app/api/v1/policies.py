@@ -1,4 +1,5 @@
-"""Policies that can decide: every heuristic (and, with the pipeline, every ONNX model)."""
+"""Policies that can decide: every heuristic, every shipped ONNX model and the caller's uploads
+(ADR 0088)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Path, UploadFile
 
-from app.api.deps import DecisionServiceDep
+from app.api.deps import CtxDep, DecisionServiceDep, TenantDep
 from app.api.errors import ERROR_RESPONSES
 from app.schemas.policy import PolicyRead
 from app.services import policies as policy_service
@@ -27,20 +28,29 @@ PolicyName = Annotated[
     "",
     response_model=list[PolicyRead],
     summary="List policies",
-    description="Every policy this service can decide with: heuristics and loaded models.",
+    description=(
+        "Every policy the caller can decide with: the heuristics and shipped models (`scope: "
+        "shared`) and the caller's own uploads (`scope: tenant`). Another tenant's uploads are "
+        "never listed."
+    ),
 )
-async def list_policies(decisions: DecisionServiceDep) -> list[PolicyRead]:
-    return policy_service.list_policies(decisions)
+async def list_policies(decisions: DecisionServiceDep, tenant: TenantDep) -> list[PolicyRead]:
+    return policy_service.list_policies(decisions, tenant)
 
 
 @router.get(
     "/{name}",
     response_model=PolicyRead,
     summary="Get a policy",
-    description="One policy, with its model card when it is a learned one.",
+    description=(
+        "One policy, with its model card when it is a learned one. Another tenant's upload is a "
+        "404, as a name that does not exist."
+    ),
 )
-async def get_policy(name: PolicyName, decisions: DecisionServiceDep) -> PolicyRead:
-    return policy_service.get_policy(decisions, name)
+async def get_policy(
+    name: PolicyName, decisions: DecisionServiceDep, tenant: TenantDep
+) -> PolicyRead:
+    return policy_service.get_policy(decisions, name, tenant)
 
 
 @router.post(
@@ -53,7 +63,13 @@ async def get_policy(name: PolicyName, decisions: DecisionServiceDep) -> PolicyR
         "at startup (CPU provider, `obs`/`action_mask` -> `logits` signature, feature-schema "
         "version, finite probe) and refused with 422 whose error code is the reason "
         "(`corrupt_model`, `signature_mismatch`, `schema_version_mismatch`, `non_finite_probe`, "
-        "...). Name and version come from the card; an existing name@version is a 409."
+        "...), a card nesting deeper than 32 levels with `invalid_card`. Name and version come "
+        "from the card. The upload is the caller's tenant's own: visible and usable by it "
+        "alone; another tenant may upload its own policy of the same name. A name that is a "
+        "heuristic's or a shipped model's (in any case) is refused with 422 "
+        "`reserved_policy_name` on `body.card`; a name@version the tenant already has is 409 "
+        "`policy_exists`. Each upload is recorded in the audit log (`GET /v1/audit`, action "
+        "`policy.upload`)."
     ),
     openapi_extra={
         "requestBody": {
@@ -77,6 +93,7 @@ async def get_policy(name: PolicyName, decisions: DecisionServiceDep) -> PolicyR
 async def upload_policy(
     model: Annotated[UploadFile, File(description="policy.onnx")],
     card: Annotated[UploadFile, File(description="card.json")],
+    ctx: CtxDep,
     decisions: DecisionServiceDep,
 ) -> PolicyRead:
-    return await policy_service.upload_policy(decisions, await model.read(), await card.read())
+    return await policy_service.upload_policy(ctx, decisions, await model.read(), await card.read())

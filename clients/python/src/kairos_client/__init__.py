@@ -34,6 +34,7 @@ from kairos_client._types import NOT_GIVEN, NotGiven, Timeout
 from kairos_client._version import __version__
 from kairos_client.types import (
     Allocation,
+    AuditEvent,
     Cluster,
     Decision,
     DecisionDetail,
@@ -60,6 +61,7 @@ __all__ = [
     "AsyncClient",
     "AsyncCursorPage",
     "AsyncPaginator",
+    "AuditEvent",
     "AuthenticationError",
     "BadRequestError",
     "Client",

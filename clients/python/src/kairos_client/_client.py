@@ -28,11 +28,13 @@ from kairos_client._types import (
     strip_not_given,
 )
 from kairos_client.resources import (
+    AsyncAudit,
     AsyncClusters,
     AsyncDecisions,
     AsyncJobs,
     AsyncNodes,
     AsyncPolicies,
+    Audit,
     Clusters,
     Decisions,
     Jobs,
@@ -145,6 +147,10 @@ class Client(SyncAPIClient):
     @cached_property
     def policies(self) -> Policies:
         return Policies(self)
+
+    @cached_property
+    def audit(self) -> Audit:
+        return Audit(self)
 
     def with_options(
         self,
@@ -281,6 +287,10 @@ class AsyncClient(AsyncAPIClient):
     @cached_property
     def policies(self) -> AsyncPolicies:
         return AsyncPolicies(self)
+
+    @cached_property
+    def audit(self) -> AsyncAudit:
+        return AsyncAudit(self)
 
     def with_options(
         self,

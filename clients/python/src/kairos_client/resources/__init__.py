@@ -1,3 +1,4 @@
+from kairos_client.resources.audit import AsyncAudit, Audit
 from kairos_client.resources.clusters import AsyncClusters, Clusters
 from kairos_client.resources.decisions import AsyncDecisions, Decisions
 from kairos_client.resources.jobs import AsyncJobs, Jobs
@@ -5,11 +6,13 @@ from kairos_client.resources.nodes import AsyncNodes, Nodes
 from kairos_client.resources.policies import AsyncPolicies, Policies
 
 __all__ = [
+    "AsyncAudit",
     "AsyncClusters",
     "AsyncDecisions",
     "AsyncJobs",
     "AsyncNodes",
     "AsyncPolicies",
+    "Audit",
     "Clusters",
     "Decisions",
     "Jobs",

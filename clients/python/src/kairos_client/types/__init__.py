@@ -1,5 +1,6 @@
 """Response models and request parameter shapes."""
 
+from kairos_client.types.audit import AuditEvent
 from kairos_client.types.cluster import Cluster
 from kairos_client.types.decision import (
     Allocation,
@@ -25,6 +26,7 @@ from kairos_client.types.shared import Placement
 
 __all__ = [
     "Allocation",
+    "AuditEvent",
     "Cluster",
     "Decision",
     "DecisionDetail",

@@ -17,3 +17,6 @@ class Policy(BaseModel):
     card: dict[str, Any] | None = None
     loaded: bool
     description: str | None = None
+    scope: str | None = None
+    """``"shared"`` (a heuristic or shipped model, visible to every tenant) or ``"tenant"`` (an
+    upload of the caller's tenant, visible to it alone)."""
