@@ -96,9 +96,7 @@ def _fields(response: httpx.Response) -> list[str | None]:
 
 
 class TestUploadsAreTenantScoped:
-    async def test_an_upload_never_decides_for_another_tenant(
-        self, api: httpx.AsyncClient
-    ) -> None:
+    async def test_an_upload_never_decides_for_another_tenant(self, api: httpx.AsyncClient) -> None:
         """Finding 1: globex's ``hpc-kernel@99`` made acme's default cluster decide with it."""
         cid = await _cluster(api, A)
         before = (await _dry_run(api, A, cid))["policy"]
@@ -123,11 +121,11 @@ class TestUploadsAreTenantScoped:
         name = _name()
         created = await _upload(api, B, name)
         assert created.status_code == 201, created.text
-        assert created.json()["scope"] == "tenant"
         for spec in (name, f"{name}@1"):
             r = await api.get(f"/v1/policies/{spec}", headers=A)
             assert r.status_code == 404, r.text
             assert (await api.get(f"/v1/policies/{spec}", headers=B)).status_code == 200
+        assert created.json()["scope"] == "tenant"
         listed_a = (await api.get("/v1/policies", headers=A)).json()
         listed_b = (await api.get("/v1/policies", headers=B)).json()
         assert name not in {p["name"] for p in listed_a}
@@ -172,9 +170,7 @@ class TestUploadsAreTenantScoped:
             assert r.json()["fallback"]["used"] is False
         assert (await _dry_run(api, A, await _cluster(api, A)))["policy"]["name"] == "hpc-kernel"
 
-    async def test_two_tenants_may_each_upload_the_same_name(
-        self, api: httpx.AsyncClient
-    ) -> None:
+    async def test_two_tenants_may_each_upload_the_same_name(self, api: httpx.AsyncClient) -> None:
         name = _name()
         first = await _upload(api, A, name, seed=1)
         second = await _upload(api, B, name, seed=2)
