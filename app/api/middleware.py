@@ -6,11 +6,14 @@ Order (outermost first): metrics -> error guard (``app.api.errors``) -> admissio
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -25,7 +28,7 @@ from app.observability import Metrics
 from app.services import idempotency
 from app.services.decision import DecisionGate
 from app.services.errors import ServiceError
-from app.services.idempotency import StoredResponse
+from app.services.idempotency import STALE_AFTER, StoredResponse
 
 logger = logging.getLogger(__name__)
 
@@ -306,6 +309,68 @@ class BodyLimitMiddleware:
         )
 
 
+#: Seconds between background attempts to record an unsettled key's outcome.
+SETTLE_RETRY_S = 1.0
+
+Settle = Callable[[], Awaitable[None]]
+
+
+class UnsettledKeys:
+    """``Idempotency-Key`` claims of this process whose outcome could not be recorded (the
+    database was unavailable): the response to store, or the claim to drop. Each is retried in
+    the background every :data:`SETTLE_RETRY_S` until it succeeds or its deadline passes (half
+    of :data:`~app.services.idempotency.STALE_AFTER` after the claim: until then no other
+    request can take the in-progress row, so recording the outcome cannot undo another
+    request's claim). A new request with such a key first records the outcome itself
+    (:meth:`settle`), so it gets the stored answer or runs anew instead of a 409
+    ``idempotency_key_in_progress``."""
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[str, str], tuple[asyncio.Task[None], Settle, float]] = {}
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, tenant: str, key: str, settle: Settle, deadline: float) -> None:
+        """Retry ``settle`` in the background until ``deadline`` (``time.monotonic()``)."""
+        task = asyncio.create_task(
+            self._retry(tenant, key, settle, deadline), name=f"kairos-settle-key-{key}"
+        )
+        self._pending[(tenant, key)] = (task, settle, deadline)
+
+    async def settle(self, tenant: str, key: str) -> None:
+        """Record the outcome of an unsettled claim of (tenant, key) now, if there is one.
+        Raises what the database raised (the key stays unsettled)."""
+        entry = self._pending.pop((tenant, key), None)
+        if entry is None:
+            return
+        task, settle, deadline = entry
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if time.monotonic() >= deadline:
+            return
+        try:
+            await settle()
+        except Exception:
+            self.add(tenant, key, settle, deadline)
+            raise
+
+    async def _retry(self, tenant: str, key: str, settle: Settle, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            await asyncio.sleep(SETTLE_RETRY_S)
+            try:
+                await settle()
+            except Exception:  # still unavailable: next time
+                continue
+            break
+        else:
+            logger.warning("idempotency key %r stays in progress until it is stale", key)
+        entry = self._pending.get((tenant, key))
+        if entry is not None and entry[0] is asyncio.current_task():
+            del self._pending[(tenant, key)]
+
+
 class IdempotencyMiddleware:
     """Every ``POST`` under ``/v1`` honours ``Idempotency-Key``.
 
@@ -321,6 +386,7 @@ class IdempotencyMiddleware:
         self.app = app
         #: the keys of decision requests whose answers were stored (read by admission)
         self.answered = answered if answered is not None else AnsweredKeys()
+        self.unsettled = UnsettledKeys()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -358,7 +424,13 @@ class IdempotencyMiddleware:
         digest = idempotency.request_hash(scope["method"], scope["path"], body)
         database: Database = request.app.state.database
         ttl_s: int = request.app.state.settings.IDEMPOTENCY_TTL_S
+        # until then the claim's in-progress row is this request's alone (see UnsettledKeys)
+        settle_by = (
+            time.monotonic()
+            + min(STALE_AFTER.total_seconds(), ttl_s if ttl_s > 0 else float("inf")) / 2
+        )
         try:
+            await self.unsettled.settle(tenant, key)
             stored = await idempotency.claim(
                 database,
                 tenant=tenant,
@@ -379,7 +451,7 @@ class IdempotencyMiddleware:
         if stored is not None:
             await _answer_stored(send, stored, digest)
             return
-        await self._run_and_store(scope, receive, send, database, tenant, key)
+        await self._run_and_store(scope, receive, send, database, tenant, key, settle_by)
 
     async def _run_and_store(
         self,
@@ -389,6 +461,7 @@ class IdempotencyMiddleware:
         database: Database,
         tenant: str,
         key: str,
+        settle_by: float,
     ) -> None:
         """Run the request holding its response back until the response is stored."""
         held: list[Message] = []
@@ -404,31 +477,38 @@ class IdempotencyMiddleware:
                         content_type = value.decode("latin-1")
             held.append(message)
 
+        async def release() -> None:
+            await idempotency.release(database, tenant=tenant, key=key)
+
         try:
             await self.app(scope, receive, hold)
         except BaseException:
             try:
-                await idempotency.release(database, tenant=tenant, key=key)
+                await release()
             except Exception:  # the request's own error is the one to answer
                 logger.warning("could not release idempotency key %r", key, exc_info=True)
+                self.unsettled.add(tenant, key, release, settle_by)
             raise
         body = b"".join(m.get("body", b"") for m in held if m["type"] == "http.response.body")
+
+        async def complete() -> None:
+            await idempotency.complete(
+                database,
+                tenant=tenant,
+                key=key,
+                status_code=status,
+                content_type=content_type,
+                body=body,
+            )
+
+        settle = complete if idempotency.should_store(status) else release
         try:
-            if idempotency.should_store(status):
-                await idempotency.complete(
-                    database,
-                    tenant=tenant,
-                    key=key,
-                    status_code=status,
-                    content_type=content_type,
-                    body=body,
-                )
-                if _DECIDES.fullmatch(scope["path"]):
-                    self.answered.add(key)
-            else:
-                await idempotency.release(database, tenant=tenant, key=key)
+            await settle()
+            if settle is complete and _DECIDES.fullmatch(scope["path"]):
+                self.answered.add(key)
         except Exception:  # the request's own work committed; answer it regardless
             logger.exception("could not record the response for idempotency key %r", key)
+            self.unsettled.add(tenant, key, settle, settle_by)
         for message in held:
             await send(message)
 
