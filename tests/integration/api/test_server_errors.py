@@ -82,6 +82,11 @@ async def down_client(unreachable_settings: Settings) -> AsyncIterator[httpx.Asy
 
 NODE = {"capacity": {"cpu": 4}}
 JOB = {"id": "j1", "per_task": {"cpu": 1}, "walltime_s": 60}
+POD = {
+    "metadata": {"name": "pod-1", "namespace": "ml", "uid": "uid-1"},
+    "spec": {"containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}]},
+}
+BINDING = {"PodName": "pod-1", "PodNamespace": "ml", "PodUID": "uid-1", "Node": "n1"}
 
 ROUTES_NEEDING_THE_DATABASE = [
     ("GET", "/v1/clusters", None),
@@ -100,6 +105,9 @@ ROUTES_NEEDING_THE_DATABASE = [
     ("POST", "/v1/clusters/c1/schedule", {}),
     ("GET", "/v1/decisions/dec_1", None),
     ("GET", "/v1/clusters/c1/decisions", None),
+    ("POST", "/v1/k8s/c1/filter", {"Pod": POD, "NodeNames": ["n1"]}),
+    ("POST", "/v1/k8s/c1/prioritize", {"Pod": POD, "NodeNames": ["n1"]}),
+    ("POST", "/v1/k8s/c1/bind", BINDING),
 ]
 
 
