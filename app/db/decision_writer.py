@@ -6,7 +6,9 @@ commit), so N concurrent requests cost one transaction instead of N, and no requ
 database connection (or, on SQLite, the process's write lock) while its decision is computed.
 
 :meth:`DecisionWriter.add` returns only after the transaction holding the record committed: a
-client never sees a decision that is not durable. A duplicate ``request_id`` (the UNIQUE guard of
+decision answered as stored is durable. When the transaction fails, every request of it gets the
+error (``/v1/decide`` then answers ``stored: false`` if the database was unavailable, ADR 0087),
+and the writer goes on with the next batch. A duplicate ``request_id`` (the UNIQUE guard of
 exactly-once storage) fails only its own request: the batch is retried row by row, each in a
 SAVEPOINT, and the duplicate gets :class:`DuplicateRequestError`.
 
@@ -33,7 +35,7 @@ from typing import Any, cast
 from sqlalchemy import Engine, PoolProxiedConnection, Table, insert
 from sqlalchemy.exc import IntegrityError
 
-from app.db.engine import sqlite_file_twin
+from app.db.engine import backend_unavailable, sqlite_file_twin
 from app.db.orm import DecisionRecord
 from app.db.session import Database
 from app.domain.clock import utc_now
@@ -264,7 +266,7 @@ class DecisionWriter:
             await self._write_each(batch)
             return
         except Exception as exc:  # the transaction failed: every request of it fails
-            logger.exception("could not store %d decisions", len(batch))
+            _log_failure(len(batch), exc)
             for pending in batch:
                 _settle(pending, exc)
             return
@@ -281,7 +283,7 @@ class DecisionWriter:
                     loop = asyncio.get_running_loop()
                     stored = await loop.run_in_executor(self._thread, sink.store_waiting, rows)
         except Exception as exc:  # the transaction failed: every request of it fails
-            logger.exception("could not store %d decisions", len(batch))
+            _log_failure(len(batch), exc)
             for pending in batch:
                 _settle(pending, exc)
             return
@@ -314,7 +316,7 @@ class DecisionWriter:
         try:
             stored = await self._insert_each(rows)
         except Exception as exc:
-            logger.exception("could not store %d decisions", len(batch))
+            _log_failure(len(batch), exc)
             for pending in batch:
                 _settle(pending, exc)
             return
@@ -332,6 +334,15 @@ class DecisionWriter:
                 else:
                     stored.append(True)
         return stored
+
+
+def _log_failure(count: int, exc: Exception) -> None:
+    """One line while the database is unavailable (every batch fails until it returns), a
+    traceback for anything else."""
+    if backend_unavailable(exc):
+        logger.warning("could not store %d decisions: database unavailable: %r", count, exc)
+    else:
+        logger.error("could not store %d decisions", count, exc_info=exc)
 
 
 def _settle_stored(batch: Sequence[_Pending], stored: Sequence[bool]) -> None:
