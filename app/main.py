@@ -25,7 +25,7 @@ from app.api.middleware import (
 )
 from app.api.v1 import api_router
 from app.api.v1.health import router as health_router
-from app.batching.pipeline import pipeline_from_settings
+from app.batching.pipeline import pipeline_from_settings, report_policies
 from app.db.decision_writer import DecisionWriter
 from app.db.engine import make_engine
 from app.db.migrate import is_behind, upgrade_to_head
@@ -92,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 logger.info("database schema is behind; upgrading to head")
                 await upgrade_to_head(engine)
             await decisions.start()
+            report_policies(settings, pipeline.registry)
             writer.start()
             if janitor is not None:
                 janitor.start()

@@ -7,7 +7,9 @@ dispatcher package (which may import both), provides that loader:
 * a name is ``<name>`` (the newest loaded version) or ``<name>@<version>``, looked up in
   ``<models_dir>/<name>/<version>/`` (``policy.onnx`` + ``card.json``) exactly as the service's
   :class:`~app.policy.registry.PolicyRegistry` does, with the same validation;
-* ``models_dir`` is ``KAIROS_MODELS_DIR`` (the service's setting, default ``models``);
+* ``models_dir`` is ``KAIROS_MODELS_DIR`` (the service's setting, default ``models``), and the
+  models installed with the package are read beneath it unless ``KAIROS_SHIPPED_MODELS`` is
+  false (ADR 0089);
 * the result is the service's :class:`~app.policy.onnx_policy.OnnxPolicy`, a ``SteppingPolicy``
   that ``sim.kairos`` drives through ``app.domain.decision`` (the service's decision code and
   feature encoder), with the service's runtime options (threads, ``MAX_CANDIDATES``);
@@ -24,12 +26,12 @@ import threading
 from pathlib import Path
 
 from app.policy.onnx_policy import OnnxPolicy, RuntimeOptions
-from app.policy.registry import PolicyRegistry
+from app.policy.registry import PACKAGED_MODELS, PolicyRegistry
 from app.settings import Settings
 from sim.evaluate import UnknownPolicyError, register_policy_loader
 
 _lock = threading.Lock()
-_registries: dict[tuple[int, Path, RuntimeOptions], PolicyRegistry] = {}
+_registries: dict[tuple[int, Path, RuntimeOptions, Path | None], PolicyRegistry] = {}
 
 
 def runtime_options(settings: Settings) -> RuntimeOptions:
@@ -41,12 +43,14 @@ def runtime_options(settings: Settings) -> RuntimeOptions:
     )
 
 
-def _registry(models_dir: Path, options: RuntimeOptions) -> PolicyRegistry:
-    key = (os.getpid(), models_dir.resolve(), options)
+def _registry(
+    models_dir: Path, options: RuntimeOptions, packaged: Path | None = None
+) -> PolicyRegistry:
+    key = (os.getpid(), models_dir.resolve(), options, packaged)
     with _lock:
         registry = _registries.get(key)
         if registry is None:
-            registry = _registries[key] = PolicyRegistry(key[1], options)
+            registry = _registries[key] = PolicyRegistry(key[1], options, packaged=packaged)
         return registry
 
 
@@ -62,7 +66,9 @@ def load_policy(
     spec = name.strip()
     if not spec:
         return None
-    entry = _registry(directory, runtime_options(conf)).find_or_load(spec, retry_after_s=0.0)
+    packaged = PACKAGED_MODELS if conf.SHIPPED_MODELS else None
+    registry = _registry(directory, runtime_options(conf), packaged)
+    entry = registry.find_or_load(spec, retry_after_s=0.0)
     if entry is None:
         return None
     if entry.policy is None:

@@ -80,13 +80,23 @@ def serve_in_thread(app: object, start_timeout_s: float = 60) -> Iterator[str]:
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    exits: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            server.run()
+        except BaseException as exc:  # SystemExit when the lifespan's start-up failed
+            exits.append(exc)
+
+    thread = threading.Thread(target=run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
     try:
         deadline = time.monotonic() + start_timeout_s
         while not server.started:
             if not thread.is_alive():
-                pytest.fail("the uvicorn server thread exited before it started")
+                pytest.fail(
+                    f"the uvicorn server stopped before it started: {exits!r} (see its log)"
+                )
             if time.monotonic() > deadline:
                 pytest.fail("the uvicorn server did not start")
             time.sleep(0.05)

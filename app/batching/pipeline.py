@@ -30,7 +30,7 @@ from app.batching.batcher import BatchControl, BatcherClosedError, MicroBatcher
 from app.batching.redis_transport import QueueUnavailableError, RedisQueue, StreamKeys
 from app.domain.heuristics import HEURISTIC_CLASSES
 from app.policy.onnx_policy import RuntimeOptions
-from app.policy.registry import PolicyRegistry, watching
+from app.policy.registry import PACKAGED_MODELS, PolicyRegistry, split_name, watching
 from app.policy.selector import (
     DEFAULT_FALLBACK_RESERVE_S,
     DecisionOutcome,
@@ -152,6 +152,10 @@ class DecisionPipeline:
             return "ok" if self.batcher.running else "down"
         return "ok" if self.queue.usable else "degraded"
 
+    def missing_defaults(self, settings: Settings) -> list[tuple[str, str]]:
+        """:func:`missing_defaults` of this pipeline's registry (``/readyz``)."""
+        return missing_defaults(settings, self.registry)
+
     def queue_depth(self) -> int:
         """Requests waiting in this process (in the batcher or for a worker's reply)."""
         waiting = self.batcher.depth
@@ -245,7 +249,8 @@ def _batches_nothing(request: DecisionRequest) -> bool:
 def pipeline_from_settings(
     settings: Settings, *, on_batch: Callable[[int], None] | None = None
 ) -> DecisionPipeline:
-    """The pipeline ``create_app`` builds: models from ``MODELS_DIR``, batching from settings."""
+    """The pipeline ``create_app`` builds: models from the package and ``MODELS_DIR``
+    (ADR 0089), batching from settings."""
     registry = PolicyRegistry(
         Path(settings.MODELS_DIR),
         RuntimeOptions(
@@ -253,6 +258,7 @@ def pipeline_from_settings(
             inter_op_threads=settings.ONNX_INTER_OP_THREADS,
             max_candidates=settings.MAX_CANDIDATES,
         ),
+        packaged=PACKAGED_MODELS if settings.SHIPPED_MODELS else None,
     )
     options = PipelineOptions(
         max_batch=settings.BATCH_MAX_SIZE,
@@ -264,3 +270,45 @@ def pipeline_from_settings(
         models_rescan_s=settings.MODELS_RESCAN_S,
     )
     return DecisionPipeline(registry, options, on_batch=on_batch)
+
+
+#: each default-policy setting and the variable that sets it
+_DEFAULTS = (
+    ("DEFAULT_POLICY", "KAIROS_DEFAULT_POLICY"),
+    ("DEFAULT_POLICY_NO_BACKFILL", "KAIROS_DEFAULT_POLICY_NO_BACKFILL"),
+)
+
+
+def missing_defaults(settings: Settings, registry: PolicyRegistry) -> list[tuple[str, str]]:
+    """``(policy, variable)`` for each default policy that is neither a heuristic nor a loaded
+    shipped model: a decision that relies on it is the fallback's (``model_missing`` or
+    ``model_refused``)."""
+    loaded = {(e.name.lower(), e.version) for e in registry.entries() if e.loaded and not e.owner}
+    missing: list[tuple[str, str]] = []
+    for attribute, variable in _DEFAULTS:
+        spec: str = getattr(settings, attribute)
+        if _is_heuristic(spec):
+            continue
+        name, version = split_name(spec.strip().lower())
+        if not any(n == name and version in (None, v) for n, v in loaded):
+            missing.append((spec, variable))
+    return missing
+
+
+def report_policies(settings: Settings, registry: PolicyRegistry) -> None:
+    """Log at start-up the models loaded (``name@version``) and where they were read, and warn
+    for each default policy that :func:`missing_defaults` finds."""
+    where = ", ".join(str(d.resolve()) for d in registry.shipped_dirs())
+    loaded = [e.spec for e in registry.entries() if e.loaded]
+    logger.info(
+        "policies loaded from %s: %s", where, ", ".join(loaded) if loaded else "none (no models)"
+    )
+    for spec, variable in missing_defaults(settings, registry):
+        logger.warning(
+            "DEFAULT POLICY MISSING: %s=%s names no loaded model in %s; every decision that "
+            "relies on it is made by the fallback %s (reason model_missing or model_refused)",
+            variable,
+            spec,
+            where,
+            settings.DEFAULT_FALLBACK,
+        )

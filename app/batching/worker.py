@@ -14,7 +14,7 @@ import logging
 import signal
 from collections.abc import Callable, Sequence
 
-from app.batching.pipeline import pipeline_from_settings
+from app.batching.pipeline import pipeline_from_settings, report_policies
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
 from app.gc_tuning import freeze_startup_heap, thaw
 from app.policy.registry import PolicyRegistry, watching
@@ -56,6 +56,7 @@ async def run_worker(settings: Settings, *, consumer: str | None = None) -> int:
     for entry in entries:
         state = "loaded" if entry.loaded else f"refused ({entry.reason}: {entry.message})"
         logger.info("policy %s@%s %s", entry.name, entry.version, state)
+    report_policies(settings, registry)
 
     worker = RedisWorker(
         settings.REDIS_URL,

@@ -2,7 +2,10 @@
 
 Two kinds of model live there (ADR 0088):
 
-* **shipped** models, in ``<models_dir>/<name>/<version>/``: read-only through the API and
+* **shipped** models, in ``<models_dir>/<name>/<version>/`` and, when the registry is given
+  ``packaged`` (:data:`PACKAGED_MODELS`, the models installed with the package), in
+  ``<packaged>/<name>/<version>/`` for each name ``models_dir`` has no directory of: a name is
+  read from one place, ``models_dir`` first (ADR 0089). They are read-only through the API and
   visible to every tenant;
 * **uploads**, in ``<models_dir>/_tenants/<owner>/<name>/<version>/``: each belongs to the tenant
   whose :func:`owner_of` is ``<owner>`` and is visible and usable by it alone. ``_tenants`` can
@@ -69,6 +72,9 @@ TENANTS_DIR = "_tenants"
 OWNER_SEP = ":"
 #: the deepest nesting of arrays and objects a card may have
 MAX_CARD_DEPTH = 32
+#: the models installed with the package (package data; in a source tree a link to the
+#: top-level ``models/`` directory). Read-only: nothing is ever written there (ADR 0089).
+PACKAGED_MODELS = Path(__file__).resolve().parents[1] / "shipped_models"
 
 logger = logging.getLogger(__name__)
 
@@ -250,11 +256,30 @@ def _read_card(path: Path) -> dict[str, Any] | None:
     return raw
 
 
-class PolicyRegistry:
-    """Thread-safe map ``(owner, name, version) -> ModelEntry``."""
+def _same_dir(one: Path, other: Path) -> bool:
+    try:
+        return one.resolve() == other.resolve()
+    except OSError:
+        return False
 
-    def __init__(self, models_dir: Path, options: RuntimeOptions | None = None) -> None:
+
+class PolicyRegistry:
+    """Thread-safe map ``(owner, name, version) -> ModelEntry``.
+
+    ``models_dir`` holds the shipped models of this deployment and every upload; ``packaged``
+    (read, never written) adds the shipped models of each name ``models_dir`` has no directory
+    of."""
+
+    def __init__(
+        self,
+        models_dir: Path,
+        options: RuntimeOptions | None = None,
+        *,
+        packaged: Path | None = None,
+    ) -> None:
         self.models_dir = models_dir
+        #: ``None`` when not given or when it is ``models_dir`` itself (a checkout's ``models``)
+        self.packaged = None if packaged is None or _same_dir(packaged, models_dir) else packaged
         self.options = options or RuntimeOptions()
         self._entries: dict[tuple[str, str, str], ModelEntry] = {}
         self._misses: dict[str, float] = {}
@@ -264,6 +289,8 @@ class PolicyRegistry:
         self.generation = 0
         #: each (owner, name) directory's mtime when :meth:`refresh` last read it
         self._stamps: dict[tuple[str, str], int] = {}
+        #: the names whose entries were read from ``packaged``
+        self._packaged_names: set[str] = set()
 
     # ------------------------------------------------------------------ layout
 
@@ -278,7 +305,18 @@ class PolicyRegistry:
         ]
         return ["", *(o for o in found if _OWNER.fullmatch(o))]
 
+    def shipped_dirs(self) -> list[Path]:
+        """Where the shipped models are read: a name from the first that has its directory."""
+        return [self.models_dir] if self.packaged is None else [self.models_dir, self.packaged]
+
+    def _packaged_dirs(self) -> list[Path]:
+        """The package's name directories that ``models_dir`` does not shadow."""
+        if self.packaged is None:
+            return []
+        return [d for d in _named_dirs(self.packaged) if not (self.models_dir / d.name).is_dir()]
+
     def _model_dirs(self) -> Iterator[tuple[str, Path]]:
+        """``models_dir``'s name directories (shipped, then each owner's uploads)."""
         for owner in self._owners():
             for model_dir in _named_dirs(self.base(owner)):
                 yield owner, model_dir
@@ -298,14 +336,16 @@ class PolicyRegistry:
         return ModelEntry(name, version, directory, policy, None, None, policy.sha256, card, owner)
 
     def discover(self) -> list[ModelEntry]:
-        """(Re)scan ``models_dir``; returns every entry, loaded or refused."""
+        """(Re)scan ``packaged`` and ``models_dir``; returns every entry, loaded or refused."""
         found: dict[tuple[str, str, str], ModelEntry] = {}
-        for owner, model_dir in self._model_dirs():
+        packaged = self._packaged_dirs()
+        for owner, model_dir in [*self._model_dirs(), *(("", d) for d in packaged)]:
             for version_dir in _named_dirs(model_dir):
                 entry = self._load(owner, model_dir.name, version_dir.name, version_dir)
                 found[(owner, entry.name, entry.version)] = entry
         with self._lock:
             self._entries = found
+            self._packaged_names = {d.name for d in packaged}
             self.generation += 1
         return self.entries()
 
@@ -313,7 +353,8 @@ class PolicyRegistry:
         """The lowercased names of the shipped models, known or only on disk yet."""
         with self._lock:
             known = {n.lower() for (o, n, _) in self._entries if not o}
-        return known | {p.name.lower() for p in _named_dirs(self.models_dir)}
+        on_disk = (p.name.lower() for d in self.shipped_dirs() for p in _named_dirs(d))
+        return known | set(on_disk)
 
     def prepare(
         self,
@@ -405,7 +446,8 @@ class PolicyRegistry:
         they are. Returns the new ones.
 
         One ``stat`` per name while nothing changed; run it off the event loop (loading a model
-        takes tens of milliseconds)."""
+        takes tens of milliseconds). Nothing installs into the package: a name ``models_dir``
+        gains shadows the package's versions of it from then on."""
         added: list[ModelEntry] = []
         for owner, model_dir in self._model_dirs():
             try:  # the stamp before the listing: a rename after it shows next time
@@ -415,6 +457,8 @@ class PolicyRegistry:
             where = (owner, model_dir.name)
             if self._stamps.get(where) == stamp:
                 continue
+            if not owner:
+                self._unshadow(model_dir.name)
             for version_dir in _named_dirs(model_dir):
                 key = (owner, model_dir.name, version_dir.name)
                 with self._lock:
@@ -432,6 +476,16 @@ class PolicyRegistry:
             if time.time_ns() - stamp > _SETTLED_NS:
                 self._stamps[where] = stamp
         return added
+
+    def _unshadow(self, name: str) -> None:
+        """Forget the package's versions of ``name`` (``models_dir`` has its directory now)."""
+        with self._lock:
+            if name not in self._packaged_names:
+                return
+            self._packaged_names.discard(name)
+            for key in [k for k in self._entries if k[0] == "" and k[1] == name]:
+                del self._entries[key]
+            self.generation += 1
 
     # ------------------------------------------------------------------ lookup
 
@@ -474,20 +528,32 @@ class PolicyRegistry:
             if now - self._misses.get(spec, -math.inf) < retry_after_s:
                 return None
             self._misses[spec] = now
-        model_dir = self.base(owner) / name
-        if not model_dir.is_dir():
+        homes = self.shipped_dirs() if not owner else [self.base(owner)]
+        model_dir = next((h / name for h in homes if (h / name).is_dir()), None)
+        if model_dir is None:
             return None
+        if not owner and model_dir.parent == self.models_dir:
+            self._unshadow(name)
+        elif not owner:
+            with self._lock:
+                self._packaged_names.add(name)
+        self._load_versions(owner, name, model_dir, version)
+        return self.find(spec)
+
+    def _load_versions(self, owner: str, name: str, model_dir: Path, version: str | None) -> None:
         versions = [version] if version is not None else [p.name for p in model_dir.iterdir()]
         for v in versions:
             directory = model_dir / v
             if not directory.is_dir() or not _SEGMENT.fullmatch(v) or v.startswith("."):
                 continue
+            with self._lock:
+                if (owner, name, v) in self._entries:
+                    continue
             loaded = self._load(owner, name, v, directory)
             with self._lock:
                 if (owner, name, v) not in self._entries:
                     self._entries[(owner, name, v)] = loaded
                     self.generation += 1
-        return self.find(spec)
 
 
 @contextlib.asynccontextmanager

@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 T = TypeVar("T")
 
 #: Ids of clusters, nodes and jobs: 1-128 characters, letters, digits and ``_ . : -``.
+#: The patterns here are whole-string patterns: pydantic (Rust engine) and JSON Schema read ``$``
+#: as the end of the text; Python checks them with ``re.fullmatch`` (``re.match``'s ``$`` also
+#: accepts a final ``\n``).
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
 #: Resource names (``cpu``, ``memory_gb``, ``nvidia.com/gpu``).
 RESOURCE_PATTERN = r"^[A-Za-z][A-Za-z0-9_.\-/]{0,63}$"

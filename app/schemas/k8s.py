@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.schemas.common import NO_NUL_PATTERN
+from app.schemas.common import NO_NUL_PATTERN, Id
 
 
 class K8sSchema(BaseModel):
@@ -48,7 +48,8 @@ class PodSpec(K8sSchema):
 class ObjectMeta(K8sSchema):
     name: Text = ""
     namespace: Text = "default"
-    uid: Text = ""
+    #: The pod's UID, the id of its Kairos job: required, and a Kairos id.
+    uid: Id
     annotations: dict[Text, Annotated[str, StringConstraints(max_length=4096)]] = Field(
         default_factory=dict
     )
@@ -57,7 +58,7 @@ class ObjectMeta(K8sSchema):
 class Pod(K8sSchema):
     """The parts of a ``v1.Pod`` the extender reads."""
 
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    metadata: ObjectMeta
     spec: PodSpec = Field(default_factory=PodSpec)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.db.orm import ClusterRecord
 from app.db.repositories.cluster_repository import ClusterRepository
 from app.db.repositories.node_repository import NodeRepository
@@ -10,7 +12,7 @@ from app.schemas.common import Page
 from app.services.context import Ctx
 from app.services.convert import cluster_read
 from app.services.decision import DecisionService
-from app.services.errors import ErrorItem, UnprocessableError, not_found
+from app.services.errors import ConflictError, ErrorItem, UnprocessableError, not_found
 from app.services.paging import cursor_arg
 from app.settings import Settings
 
@@ -43,26 +45,37 @@ async def upsert_cluster(
     decisions: DecisionService,
     settings: Settings,
 ) -> tuple[ClusterRead, bool]:
-    """Create or replace the cluster's definition; ``True`` when created."""
+    """Create or replace the cluster's definition; ``True`` when created.
+
+    Concurrent PUTs of a new id create it once: one is the creation (201), the others replace
+    that definition in turn (200)."""
     _check_policies(body, decisions, ctx.tenant)
     repo = ClusterRepository(ctx.session)
+    backfill = body.backfill or settings.DEFAULT_BACKFILL
+    definition: dict[str, Any] = {
+        "name": body.name,
+        "resources": list(body.resources),
+        "backfill": backfill,
+        "policy": body.policy or settings.default_policy_for(backfill),
+        "fallback": body.fallback or settings.DEFAULT_FALLBACK,
+        "placement": body.placement or settings.DEFAULT_PLACEMENT,
+        "shadow_policy": body.shadow_policy,
+        "labels": dict(body.labels),
+    }
     record = await repo.lock(ctx.tenant, cluster_id)
-    created = record is None
+    created = False
     if record is None:
-        record = ClusterRecord(tenant=ctx.tenant, id=cluster_id)
-    else:
+        created = await repo.create_if_absent(ctx.tenant, cluster_id, definition)
+        record = await repo.lock(ctx.tenant, cluster_id)
+        if record is None:
+            raise ConflictError(
+                f"cluster {cluster_id!r} was deleted while this request created it; retry",
+                code="concurrent_change",
+            )
+    if not created:
         await _check_resources_cover_nodes(ctx, record, body.resources)
-    record.name = body.name
-    record.resources = list(body.resources)
-    record.backfill = body.backfill or settings.DEFAULT_BACKFILL
-    record.policy = body.policy or settings.default_policy_for(record.backfill)
-    record.fallback = body.fallback or settings.DEFAULT_FALLBACK
-    record.placement = body.placement or settings.DEFAULT_PLACEMENT
-    record.shadow_policy = body.shadow_policy
-    record.labels = dict(body.labels)
-    if created:
-        await repo.add(record)
-    else:
+        for name, value in definition.items():
+            setattr(record, name, value)
         await ctx.session.flush()
     return await _read(ctx, record), created
 

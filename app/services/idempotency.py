@@ -67,6 +67,12 @@ def _stored(record: IdempotencyKeyRecord) -> StoredResponse:
     )
 
 
+def _busy(digest: str) -> StoredResponse:
+    """What a claim answers when another request took the key between two of its statements:
+    in progress (409, retry later), never "this request owns it"."""
+    return StoredResponse(request_hash=digest, status_code=IN_PROGRESS, content_type="", body=b"")
+
+
 async def claim(
     database: Database,
     *,
@@ -99,8 +105,7 @@ async def claim(
             return None
         existing = await repo.get(tenant, key)
         if existing is None:  # released between our insert and read: take it
-            await repo.add(record)
-            return None
+            return None if await repo.add(record) else _busy(digest)
         if existing.status_code == IN_PROGRESS:
             if existing.request_hash == digest and await repo.restart(
                 tenant, key, stale_before=now - STALE_AFTER, now=now
@@ -112,8 +117,7 @@ async def claim(
         if ttl is not None:  # not expired, or renewed by a concurrent request: read it again
             current = await repo.get(tenant, key, fresh=True)
             if current is None:  # purged meanwhile: take it
-                await repo.add(record)
-                return None
+                return None if await repo.add(record) else _busy(digest)
             existing = current
         return _stored(existing)
 

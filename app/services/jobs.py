@@ -6,7 +6,8 @@ cancelled while a round is allocating it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
@@ -61,6 +62,20 @@ def _check_specs(cluster: ClusterRecord, specs: Sequence[JobSpec], prefix: str) 
         raise UnprocessableError("the job spec is invalid", details=problems)
 
 
+def _check_same_specs(
+    found: Mapping[str, JobRecord], first: Mapping[str, int], hashes: Sequence[str], prefix: str
+) -> None:
+    """409 unless every stored job of ``found`` has the spec its id is submitted with."""
+    for job_id, i in first.items():
+        old = found.get(job_id)
+        if old is not None and old.spec_hash != hashes[i]:
+            raise ConflictError(
+                f"job {job_id!r} already exists with a different spec",
+                code="job_conflict",
+                details=[ErrorItem(prefix.format(i=i) + ".id", "exists with another spec")],
+            )
+
+
 async def submit_jobs(
     ctx: Ctx, cluster_id: str, specs: Sequence[JobSpec], *, prefix: str = "body.jobs[{i}]"
 ) -> tuple[list[JobRead], bool]:
@@ -83,40 +98,41 @@ async def submit_jobs(
             )
     repo = JobRepository(ctx.session)
     existing = await repo.get_many(cluster.pk, list(first))
-    for job_id, i in first.items():
-        old = existing.get(job_id)
-        if old is not None and old.spec_hash != hashes[i]:
-            raise ConflictError(
-                f"job {job_id!r} already exists with a different spec",
-                code="job_conflict",
-                details=[ErrorItem(prefix.format(i=i) + ".id", "exists with another spec")],
-            )
+    _check_same_specs(existing, first, hashes, prefix)
     now = epoch_now()
-    new: list[JobRecord] = []
+    rows: list[dict[str, Any]] = []
     for job_id, i in first.items():
         if job_id in existing:
             continue
         data = stored_spec(specs[i], now)
-        new.append(
-            JobRecord(
-                cluster_pk=cluster.pk,
-                id=job_id,
-                spec=data,
-                spec_hash=hashes[i],
-                state=JobState.PENDING.value,
-                submit_time=float(data["submit_time"]),
-            )
+        rows.append(
+            {
+                "cluster_pk": cluster.pk,
+                "id": job_id,
+                "spec": data,
+                "spec_hash": hashes[i],
+                "state": JobState.PENDING.value,
+                "submit_time": float(data["submit_time"]),
+            }
         )
     try:
         async with ctx.session.begin_nested():
-            await repo.add_all(new)
-    except IntegrityError:
+            created = await repo.create_missing(rows)
+    except IntegrityError:  # the cluster went away meanwhile (its jobs' foreign key)
         raise ConflictError(
-            "another request submitted some of these jobs at the same moment; retry",
+            f"cluster {cluster.id!r} changed while these jobs were submitted; retry",
             code="concurrent_submission",
         ) from None
-    by_id = {**existing, **{r.id: r for r in new}}
-    return [job_read(by_id[s.id], cluster.id) for s in specs], bool(new)
+    stored = await repo.get_many(cluster.pk, [r["id"] for r in rows])
+    # the ids another request created between our read and our insert: the same rule applies
+    _check_same_specs({k: v for k, v in stored.items() if k not in created}, first, hashes, prefix)
+    by_id = {**existing, **stored}
+    if len(by_id) < len(first):  # a cluster deleted meanwhile takes its jobs with it
+        raise ConflictError(
+            f"cluster {cluster.id!r} changed while these jobs were submitted; retry",
+            code="concurrent_submission",
+        )
+    return [job_read(by_id[s.id], cluster.id) for s in specs], bool(created)
 
 
 async def submit_job(ctx: Ctx, cluster_id: str, spec: JobSpec) -> tuple[JobRead, bool]:

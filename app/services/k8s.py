@@ -5,9 +5,13 @@
   candidate nodes that are registered, ``up`` and have room for it now.
 * ``prioritize``: scores those nodes 0-10, bin-packing first (the fuller a node would be after the
   placement, the higher), so gangs and big pods keep finding empty nodes.
-* ``bind``: under the cluster lock, starts the job on the node (state ``running``, node capacity
-  taken). Repeating a bind to the same node is a no-op; the job's end is reported through the usual
+* ``bind``: starts the job on the node (state ``running``, node capacity taken). Repeating a bind
+  to the same node is a no-op; the job's end is reported through the usual
   ``POST .../jobs/{id}/events``.
+
+All three take the cluster lock first, like schedule rounds, and read the job after it: a round
+never sees a job's spec change under it, and only a ``pending`` job's spec is ever rewritten (the
+spec of a running job is what its placements hold on the nodes).
 
 Kubernetes resources map onto the cluster's resource names: ``cpu`` (cores), ``memory`` (to
 ``memory_gb`` in 10^9 bytes, or ``memory`` in bytes), ``nvidia.com/gpu`` (to ``gpu``, or the same
@@ -68,7 +72,7 @@ def parse_quantity(value: object) -> float:
     """A Kubernetes quantity (``"500m"``, ``"4Gi"``, ``2``) as a float; ValueError if not one."""
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
         return float(value)
-    match = _QUANTITY.match(str(value).strip())
+    match = _QUANTITY.fullmatch(str(value).strip())
     if match is None:
         raise ValueError(f"not a Kubernetes quantity: {value!r}")
     return float(match.group(1)) * _SUFFIXES[match.group(2) or ""]
@@ -111,7 +115,7 @@ def _invalid(message: str, field: str) -> UnprocessableError:
 
 def _pod_job(cluster: ClusterRecord, pod: Pod) -> dict[str, Any]:
     meta = pod.metadata
-    if not _ID.match(meta.uid):
+    if not _ID.fullmatch(meta.uid):
         raise _invalid("the pod has no usable metadata.uid", "body.Pod.metadata.uid")
     try:
         demand = to_cluster_resources(pod_requests(pod), cluster.resources)
@@ -140,22 +144,26 @@ def _pod_job(cluster: ClusterRecord, pod: Pod) -> dict[str, Any]:
 
 
 async def _record_pod(ctx: Ctx, cluster: ClusterRecord, pod: Pod) -> JobRecord:
+    """The pod's job, created pending if absent; a pending job takes the pod's current spec.
+
+    Runs under the cluster lock (the caller holds it)."""
     spec = _pod_job(cluster, pod)
     digest = canonical_hash(spec)
     repo = JobRepository(ctx.session)
     job = await repo.get(cluster.pk, spec["id"])
     if job is None:
         now = epoch_now()
-        job = JobRecord(
-            cluster_pk=cluster.pk,
-            id=spec["id"],
-            spec={**spec, "submit_time": now},
-            spec_hash=digest,
-            state=JobState.PENDING.value,
-            submit_time=now,
+        job = await repo.create_if_absent(
+            {
+                "cluster_pk": cluster.pk,
+                "id": spec["id"],
+                "spec": {**spec, "submit_time": now},
+                "spec_hash": digest,
+                "state": JobState.PENDING.value,
+                "submit_time": now,
+            }
         )
-        await repo.add_all([job])
-    elif job.state == JobState.PENDING and job.spec_hash != digest:
+    if job.state == JobState.PENDING and job.spec_hash != digest:
         job.spec = {**spec, "submit_time": job.submit_time}
         job.spec_hash = digest
     return job
@@ -179,7 +187,7 @@ def _why_not(node: NodeRecord | None, demand: Mapping[str, float]) -> str | None
 
 
 async def filter_nodes(ctx: Ctx, cluster_id: str, args: ExtenderArgs) -> ExtenderFilterResult:
-    cluster = await require_cluster(ctx, cluster_id)
+    cluster = await require_cluster(ctx, cluster_id, lock=True)
     job = await _record_pod(ctx, cluster, args.pod)
     names = _candidate_names(args)
     nodes = await NodeRepository(ctx.session).get_many(cluster.pk, [n for n in names if n])
@@ -206,7 +214,7 @@ def _score(node: NodeRecord, demand: Mapping[str, float]) -> int:
 
 
 async def prioritize_nodes(ctx: Ctx, cluster_id: str, args: ExtenderArgs) -> list[HostPriority]:
-    cluster = await require_cluster(ctx, cluster_id)
+    cluster = await require_cluster(ctx, cluster_id, lock=True)
     spec = _pod_job(cluster, args.pod)
     names = _candidate_names(args)
     nodes = await NodeRepository(ctx.session).get_many(cluster.pk, [n for n in names if n])

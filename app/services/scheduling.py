@@ -15,10 +15,12 @@ cluster never see the same pending job or the same free capacity.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -30,6 +32,7 @@ from app.db.repositories.decision_repository import DecisionRepository
 from app.db.repositories.job_repository import JobRepository
 from app.db.repositories.node_repository import NodeRepository
 from app.domain.clock import epoch_now, utc_now
+from app.domain.resources import FIT_EPS
 from app.domain.types import (
     Backfill,
     ClusterState,
@@ -52,6 +55,7 @@ from app.services.convert import (
     job_from_spec,
     node_from_record,
     placement_demand,
+    placements_of,
     running_from_record,
 )
 from app.services.decision import (
@@ -206,9 +210,49 @@ async def _decide(
 # -- stateful: /v1/clusters/{id}/schedule ----------------------------------------------------------
 
 
-async def _load_state(
-    ctx: Ctx, cluster: ClusterRecord, now: float
-) -> tuple[ClusterState, list[NodeRecord], dict[str, JobRecord]]:
+def _running_use(running: Sequence[JobRecord]) -> dict[str, dict[str, float]]:
+    """Per node, what the running jobs' placements hold (``per_task`` x tasks)."""
+    use: dict[str, dict[str, float]] = {}
+    for job in running:
+        for p in placements_of(job.placements):
+            use[p.node_id] = add(
+                use.get(p.node_id, {}), placement_demand(job.spec["per_task"], p.tasks)
+            )
+    return use
+
+
+def _drifted(allocated: Mapping[str, float], used: Mapping[str, float]) -> bool:
+    return any(
+        abs(float(allocated.get(k, 0.0)) - float(used.get(k, 0.0)))
+        > FIT_EPS * max(1.0, abs(float(used.get(k, 0.0))))
+        for k in {*allocated, *used}
+    )
+
+
+def _node_view(record: NodeRecord, used: Mapping[str, float]) -> Node:
+    """The node as a round sees it: allocated is what its running jobs hold, and its capacity is
+    at least that (nothing new fits on a node running more than its capacity)."""
+    node = node_from_record(record)
+    allocated = {k: float(v) for k, v in used.items()}
+    capacity = dict(node.capacity)
+    for name, a in allocated.items():
+        capacity[name] = max(capacity.get(name, 0.0), a)
+    return dataclasses.replace(node, capacity=capacity, allocated=allocated)
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    state: ClusterState
+    nodes: list[NodeRecord]
+    pending: dict[str, JobRecord]
+    #: the nodes whose stored ``allocated`` differs from what their running jobs hold, with it
+    drift: dict[str, dict[str, float]]
+
+
+async def _load_state(ctx: Ctx, cluster: ClusterRecord, now: float) -> _Loaded:
+    """The round's snapshot. Node allocations are derived from the running jobs' placements,
+    the source of truth that ``allocated`` caches: a stored allocation that drifted from them
+    can neither wedge the cluster (an inconsistent snapshot) nor hide capacity in use."""
     nodes = await NodeRepository(ctx.session).all(cluster.pk)
     jobs = JobRepository(ctx.session)
     active = await jobs.in_states(cluster.pk, [JobState.PENDING.value, JobState.RUNNING.value])
@@ -216,14 +260,32 @@ async def _load_state(
     running = [j for j in active if j.state == JobState.RUNNING]
     wanted = sorted({d for j in pending for d in j.spec.get("depends_on", [])})
     finished = await jobs.ids_in_state(cluster.pk, JobState.FINISHED.value, wanted)
+    use = _running_use(running)
+    drift = {n.id: use.get(n.id, {}) for n in nodes if _drifted(n.allocated, use.get(n.id, {}))}
     state = ClusterState(
         now=now,
-        nodes=tuple(node_from_record(n) for n in nodes),
+        nodes=tuple(
+            _node_view(n, drift[n.id]) if n.id in drift else node_from_record(n) for n in nodes
+        ),
         running=tuple(running_from_record(j) for j in running),
         pending=tuple(job_from_spec(j.spec) for j in pending),
         finished=frozenset(finished),
     )
-    return state, nodes, {j.id: j for j in pending}
+    return _Loaded(state, nodes, {j.id: j for j in pending}, drift)
+
+
+def _repair(cluster: ClusterRecord, nodes: Sequence[NodeRecord], drift: Mapping[str, Any]) -> None:
+    """Store what the running jobs hold as the drifted nodes' allocations."""
+    for node in nodes:
+        if node.id in drift:
+            logger.warning(
+                "cluster %s node %s: allocated %s, running jobs hold %s; stored the latter",
+                cluster.id,
+                node.id,
+                node.allocated,
+                drift[node.id],
+            )
+            node.allocated = dict(drift[node.id])
 
 
 def _apply(
@@ -262,7 +324,8 @@ async def schedule_cluster(
         )
     cluster = await require_cluster(ctx, cluster_id, lock=True)
     now = body.now if body.now is not None else epoch_now()
-    state, nodes, pending = await _load_state(ctx, cluster, now)
+    loaded = await _load_state(ctx, cluster, now)
+    state = loaded.state
     spec = DecisionSpec(
         policy=body.policy or cluster.policy,
         fallback=cluster.fallback,
@@ -291,7 +354,8 @@ async def schedule_cluster(
     )
     await _store(ctx, record)
     if not body.dry_run:
-        _apply(outcome, record, now, nodes, pending)
+        _repair(cluster, loaded.nodes, loaded.drift)
+        _apply(outcome, record, now, loaded.nodes, loaded.pending)
         await ctx.session.flush()
     return decision_read(record)
 

@@ -6,9 +6,9 @@ from typing import Literal
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from app.api.deps import DatabaseDep, DecisionServiceDep, MetricsDep
+from app.api.deps import DatabaseDep, DecisionServiceDep, MetricsDep, SettingsDep
 from app.services.errors import BACKEND_RETRY_AFTER_S
 
 router = APIRouter(tags=["operations"])
@@ -25,6 +25,12 @@ class Readiness(BaseModel):
     database: Health
     queue: Health
     policies: Health
+    #: ``VARIABLE=policy`` for each default policy that names no loaded model (ADR 0089)
+    missing_policies: list[str] = Field(
+        default_factory=list,
+        description="Each default policy (`KAIROS_DEFAULT_POLICY=hpc-kernel`) that names no "
+        "loaded model: decisions relying on it are the fallback's, and `policies` is `degraded`.",
+    )
 
 
 @router.get(
@@ -50,12 +56,23 @@ async def get_healthz() -> Liveness:
     ),
     responses={503: {"model": Readiness, "description": "A decision cannot be served"}},
 )
-async def get_readyz(database: DatabaseDep, decisions: DecisionServiceDep) -> JSONResponse:
+async def get_readyz(
+    database: DatabaseDep, decisions: DecisionServiceDep, settings: SettingsDep
+) -> JSONResponse:
     db: Health = "ok" if await database.ping() else "down"
     parts = decisions.health()
-    values = [db, parts["queue"], parts["policies"]]
+    pipeline = decisions.pipeline
+    missing = [] if pipeline is None else pipeline.missing_defaults(settings)
+    policies: Health = "degraded" if missing and parts["policies"] == "ok" else parts["policies"]
+    values = [db, parts["queue"], policies]
     overall: Health = "down" if "down" in values else "degraded" if "degraded" in values else "ok"
-    body = Readiness(status=overall, database=db, queue=parts["queue"], policies=parts["policies"])
+    body = Readiness(
+        status=overall,
+        database=db,
+        queue=parts["queue"],
+        policies=policies,
+        missing_policies=[f"{variable}={spec}" for spec, variable in missing],
+    )
     if overall == "down":
         headers = {"Retry-After": str(BACKEND_RETRY_AFTER_S)}
         return JSONResponse(body.model_dump(), status_code=503, headers=headers)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import ClusterRecord, JobRecord, NodeRecord
+from app.db.repositories.inserts import insert_missing
 from app.db.repositories.pagination import PageResult, encode_cursor
 
 
@@ -38,10 +40,14 @@ class ClusterRepository:
         )
         return (await self.session.execute(stmt)).scalar_one_or_none()
 
-    async def add(self, record: ClusterRecord) -> ClusterRecord:
-        self.session.add(record)
-        await self.session.flush()
-        return record
+    async def create_if_absent(
+        self, tenant: str, cluster_id: str, values: Mapping[str, Any]
+    ) -> bool:
+        """Insert the cluster unless (tenant, id) exists (also when another transaction is
+        inserting it right now: this one waits and skips); True when this call created it.
+        Follow with :meth:`lock` to get the row that won."""
+        row = {**values, "tenant": tenant, "id": cluster_id}
+        return bool(await insert_missing(self.session, ClusterRecord, [row], ("tenant", "id")))
 
     async def delete(self, record: ClusterRecord) -> None:
         await self.session.execute(delete(ClusterRecord).where(ClusterRecord.pk == record.pk))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import JobEventRecord, JobRecord
+from app.db.repositories.inserts import insert_missing
 from app.db.repositories.pagination import PageResult, encode_cursor
 
 _CHUNK = 5000
@@ -49,9 +51,20 @@ class JobRepository:
             found.update((await self.session.execute(stmt)).scalars())
         return found
 
-    async def add_all(self, records: Sequence[JobRecord]) -> None:
-        self.session.add_all(records)
-        await self.session.flush()
+    async def create_missing(self, rows: Sequence[Mapping[str, Any]]) -> set[str]:
+        """Insert each job row (``cluster_pk``, ``id``, ``spec``, ...) whose id its cluster does
+        not hold yet, also when another transaction is inserting it right now (this one waits
+        and skips it); the ids this call inserted. Read the rows with :meth:`get_many`."""
+        keys = await insert_missing(self.session, JobRecord, rows, ("cluster_pk", "id"))
+        return {str(job_id) for _, job_id in keys}
+
+    async def create_if_absent(self, row: Mapping[str, Any]) -> JobRecord:
+        """The job of ``row``: inserted unless its id exists; the stored row either way."""
+        await self.create_missing([row])
+        job = await self.get(int(row["cluster_pk"]), str(row["id"]))
+        if job is None:  # pragma: no cover - a row just inserted or found is there
+            raise LookupError(f"job {row['id']!r} vanished")
+        return job
 
     async def add_event(self, event: JobEventRecord) -> None:
         self.session.add(event)

@@ -42,6 +42,7 @@ async def api(pg_url: str, embedded_models: Path) -> AsyncIterator[httpx.AsyncCl
     settings = Settings(
         DATABASE_URL=pg_url,
         MODELS_DIR=str(embedded_models),
+        SHIPPED_MODELS=False,  # only the models above (ADR 0089)
         DEFAULT_POLICY="hpc-kernel",  # not shipped here: the fallback must take over
         BATCH_MAX_WAIT_MS=5.0,
     )
