@@ -38,6 +38,18 @@ class WireError(ValueError):
     """A message that cannot be decoded."""
 
 
+#: Integers of a message (task counts, priorities, sizes) lie strictly within +-2**63.
+_INT_BOUND: Final = 2**63
+
+
+def _int(value: Any) -> int:
+    """A JSON integer of a message, within :data:`_INT_BOUND` (a string, a float or a bool is
+    refused: arithmetic on an unbounded count could overflow a float downstream)."""
+    if type(value) is not int or not -_INT_BOUND < value < _INT_BOUND:
+        raise WireError(f"not a 64-bit integer: {value!r:.40}")
+    return value
+
+
 def _job(job: Job) -> dict[str, Any]:
     return {
         "id": job.id,
@@ -60,8 +72,8 @@ def _job_from(raw: Mapping[str, Any]) -> Job:
         {k: float(v) for k, v in raw["per_task"].items()},
         float(raw["walltime_s"]),
         float(raw["submit_time"]),
-        int(raw["tasks"]),
-        int(raw["priority"]),
+        _int(raw["tasks"]),
+        _int(raw["priority"]),
         raw.get("user"),
         raw.get("queue"),
         tuple(map(str, raw.get("depends_on", ()))),
@@ -74,7 +86,7 @@ def _placements(placements: tuple[Placement, ...]) -> list[list[Any]]:
 
 
 def _placements_from(raw: list[list[Any]]) -> tuple[Placement, ...]:
-    return tuple(Placement(str(n), int(t)) for n, t in raw)
+    return tuple(Placement(str(n), _int(t)) for n, t in raw)
 
 
 def state_to_json(state: ClusterState) -> dict[str, Any]:
@@ -178,7 +190,7 @@ def request_from_json(text: str | bytes, from_redis: Convert | None = None) -> D
         )
     except WireError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise WireError(f"undecodable request: {exc!r}") from exc
 
 
@@ -203,7 +215,7 @@ def decision_from_json(raw: Mapping[str, Any]) -> Decision:
     return Decision(
         allocations=tuple(Allocation(str(j), _placements_from(p)) for j, p in raw["allocations"]),
         reservations=tuple(Reservation(str(j), float(t)) for j, t in raw["reservations"]),
-        queue_length=int(raw["queue_length"]),
+        queue_length=_int(raw["queue_length"]),
         policy=PolicyRef(str(name), str(version), str(kind)),
         explain=dict(raw.get("explain") or {}),
     )
@@ -264,10 +276,10 @@ def outcome_from_json(text: str | bytes) -> tuple[DecisionOutcome, int, bool]:
             shadow=shadow,
             error=raw.get("error"),
             error_type=raw.get("error_type"),
-            batch_size=int(raw.get("inference_batch", 1)),
+            batch_size=_int(raw.get("inference_batch", 1)),
         )
-        return outcome, int(raw["batch_size"]), bool(raw["leader"])
+        return outcome, _int(raw["batch_size"]), bool(raw["leader"])
     except WireError:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise WireError(f"undecodable reply: {exc!r}") from exc

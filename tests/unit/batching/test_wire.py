@@ -106,13 +106,35 @@ def test_a_non_finite_float_never_crosses_as_a_number() -> None:
         request_from_json(json.dumps({**good, "deadline": float("nan")}))
 
 
-def test_what_orjson_refuses_is_written_by_json() -> None:
+def test_what_orjson_refuses_is_written_by_json_and_refused_on_read() -> None:
     """An int beyond 64 bits (not reachable from the API's bounds, but a domain ``Job`` allows
-    it) still round-trips."""
+    it) is still written; the reader refuses it instead of handing on an unbounded count."""
     state = _state()
     huge = replace(state, pending=(replace(state.pending[0], priority=2**70),))
-    request = DecisionRequest("req-6", huge)
-    assert request_from_json(request_to_json(request)) == request
+    sent = request_to_json(DecisionRequest("req-6", huge))
+    assert b"1180591620717411303424" in sent
+    with pytest.raises(WireError, match="64-bit integer"):
+        request_from_json(sent)
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("tasks", "9" * 400),  # int() of it is a 400-digit count: a float of it overflows
+        ("tasks", 1e300),
+        ("tasks", True),
+        ("priority", "1"),
+        ("placement", "9" * 400),
+    ],
+)
+def test_counts_that_are_not_64_bit_integers_are_refused(where: str, value: object) -> None:
+    good = json.loads(request_to_json(DecisionRequest("req-7", _state())))
+    if where == "placement":
+        good["state"]["running"][0]["placements"][0][1] = value
+    else:
+        good["state"]["pending"][0][where] = value
+    with pytest.raises(WireError):
+        request_from_json(json.dumps(good))
 
 
 def test_bad_messages_are_typed_errors() -> None:
