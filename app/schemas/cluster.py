@@ -7,7 +7,15 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, StringConstraints
 from pydantic.config import JsonDict
 
-from app.schemas.common import Id, Labels, Name, ReadSchema, ResourceName, Resources, Schema
+from app.schemas.common import (
+    Id,
+    Labels,
+    Name,
+    NonZeroResources,
+    ReadSchema,
+    ResourceName,
+    Schema,
+)
 
 #: ``"<policy name>[@version]"``.
 PolicyName = Annotated[
@@ -69,7 +77,7 @@ NODE_EXAMPLE: JsonDict = {
 class NodeUpsert(Schema):
     model_config = ConfigDict(json_schema_extra={"examples": [NODE_EXAMPLE]})
 
-    capacity: Resources
+    capacity: NonZeroResources
     labels: Labels = Field(default_factory=dict)
     state: NodeStateName = "up"
 

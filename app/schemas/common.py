@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic_core import PydanticCustomError
 
 T = TypeVar("T")
 
@@ -26,7 +27,10 @@ NO_NUL_PATTERN = r"^[^\x00]*$"
 LabelValue = Annotated[str, StringConstraints(max_length=1024, pattern=NO_NUL_PATTERN)]
 Name = Annotated[str, StringConstraints(max_length=256, pattern=NO_NUL_PATTERN)]
 ShortText = Annotated[str, StringConstraints(max_length=128, pattern=NO_NUL_PATTERN)]
-Labels = dict[LabelKey, LabelValue]
+#: JSON Schema of a map whose keys follow a pattern: no other key is valid (the server refuses
+#: them), which ``patternProperties`` alone does not say.
+CLOSED_MAP: dict[str, Any] = {"additionalProperties": False}
+Labels = Annotated[dict[LabelKey, LabelValue], Field(json_schema_extra=CLOSED_MAP)]
 
 
 #: A finite, non-negative amount of one resource.
@@ -37,7 +41,30 @@ Amount = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False)]
 EpochSeconds = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
 #: A requested run time: positive, at most ~317 years.
 Duration = Annotated[float, Field(gt=0, le=1e10, allow_inf_nan=False)]
-Resources = dict[ResourceName, Amount]
+Resources = Annotated[dict[ResourceName, Amount], Field(json_schema_extra=CLOSED_MAP)]
+
+
+def _some_positive(value: dict[str, float]) -> dict[str, float]:
+    if not any(v > 0 for v in value.values()):
+        raise PydanticCustomError(
+            "no_positive_amount", "at least one resource needs a positive amount"
+        )
+    return value
+
+
+#: A node's capacity or a task's demand: at least one resource above zero (nothing can be
+#: placed on an empty node, and an empty demand would fit everywhere without using anything).
+#: In JSON Schema: at least one entry; "some value above zero" is said in the description only
+#: (as ``not: {additionalProperties: {maximum: 0}}``, schema-driven generators such as
+#: schemathesis filter out most of what they draw).
+NonZeroResources = Annotated[
+    Resources,
+    AfterValidator(_some_positive),
+    Field(
+        json_schema_extra={"minProperties": 1},
+        description="At least one resource with a positive amount.",
+    ),
+]
 
 #: ``limit`` query parameter bounds.
 DEFAULT_PAGE_LIMIT = 50

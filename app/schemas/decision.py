@@ -8,8 +8,16 @@ from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
 from app.schemas.cluster import BackfillName, NodeStateName, PlacementName, PolicyName
-from app.schemas.common import EpochSeconds, Id, Labels, ReadSchema, Resources, Schema
-from app.schemas.job import JobSpec
+from app.schemas.common import (
+    EpochSeconds,
+    Id,
+    Labels,
+    NonZeroResources,
+    ReadSchema,
+    Resources,
+    Schema,
+)
+from app.schemas.job import JobSpec, TaskCount
 
 DeadlineMs = Annotated[float, Field(gt=0, le=60_000, allow_inf_nan=False)]
 
@@ -27,12 +35,12 @@ class ScheduleRequest(Schema):
 
 class PlacementIn(Schema):
     node_id: Id
-    tasks: Annotated[int, Field(ge=1)]
+    tasks: TaskCount
 
 
 class SnapshotNode(Schema):
     id: Id
-    capacity: Resources
+    capacity: NonZeroResources
     allocated: Resources = Field(default_factory=dict)
     state: NodeStateName = "up"
     labels: Labels = Field(default_factory=dict)
@@ -40,7 +48,7 @@ class SnapshotNode(Schema):
 
 class SnapshotRunning(Schema):
     job: JobSpec
-    placements: Annotated[list[PlacementIn], Field(min_length=1)]
+    placements: Annotated[list[PlacementIn], Field(min_length=1, max_length=100_000)]
     start_time: EpochSeconds
 
 

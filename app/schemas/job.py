@@ -12,8 +12,8 @@ from app.schemas.common import (
     EpochSeconds,
     Id,
     Labels,
+    NonZeroResources,
     ReadSchema,
-    Resources,
     Schema,
     ShortText,
 )
@@ -22,6 +22,9 @@ JobStateName = Literal["pending", "running", "finished", "failed", "cancelled"]
 JobEventType = Literal["finished", "failed", "released", "cancelled"]
 
 MAX_BATCH_JOBS = 10_000
+#: Tasks of one job, and of one placement of it.
+MAX_TASKS = 1_000_000
+TaskCount = Annotated[int, Field(ge=1, le=MAX_TASKS)]
 
 JOB_EXAMPLE: JsonDict = {
     "id": "train-42",
@@ -38,8 +41,8 @@ class JobSpec(Schema):
     model_config = ConfigDict(json_schema_extra={"examples": [JOB_EXAMPLE]})
 
     id: Id
-    tasks: Annotated[int, Field(ge=1, le=1_000_000)] = 1
-    per_task: Resources
+    tasks: TaskCount = 1
+    per_task: NonZeroResources
     walltime_s: Duration
     submit_time: EpochSeconds | None = None
     priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = 0

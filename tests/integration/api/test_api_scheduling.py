@@ -193,8 +193,10 @@ class TestDecide:
         r = await client.post("/v1/decide", json=body)
         assert r.status_code == 422
         assert r.json()["error"]["code"] == "invalid_snapshot"
-        dup = {"now": 1.0, "nodes": [{"id": "n", "capacity": {}}, {"id": "n", "capacity": {}}]}
-        assert (await client.post("/v1/decide", json=dup)).status_code == 422
+        node = {"id": "n", "capacity": {"cpu": 1}}
+        dup = await client.post("/v1/decide", json={"now": 1.0, "nodes": [node, node]})
+        assert dup.status_code == 422
+        assert dup.json()["error"]["code"] == "invalid_snapshot"
         missing = {"nodes": []}
         assert (await client.post("/v1/decide", json=missing)).status_code == 422
 
