@@ -28,6 +28,7 @@ from app.services.convert import (
     spec_hash,
     stored_spec,
 )
+from app.services.dependencies import cycle_error, find_cycle, unknown_dependencies
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError, not_found
 from app.services.paging import cursor_arg
 
@@ -76,6 +77,42 @@ def _check_same_specs(
             )
 
 
+async def _check_dependencies(
+    repo: JobRepository,
+    cluster: ClusterRecord,
+    specs: Sequence[JobSpec],
+    first: Mapping[str, int],
+    existing: Mapping[str, JobRecord],
+    prefix: str,
+) -> None:
+    """422 ``unknown_dependency`` for a new job's dependency that is neither stored in the
+    cluster nor in this request, and ``dependency_cycle`` for a cycle among the request's jobs
+    (see :mod:`app.services.dependencies` for why that keeps the cluster's graph acyclic).
+    Jobs already stored with the same spec are resubmissions: their dependencies are not
+    checked again."""
+    graph = {job_id: specs[i].depends_on for job_id, i in first.items() if specs[i].depends_on}
+    if not graph:
+        return
+    field_of = {job_id: prefix.format(i=i) for job_id, i in first.items()}
+    new = {job_id: deps for job_id, deps in graph.items() if job_id not in existing}
+    outside = sorted({d for deps in new.values() for d in deps if d not in first})
+    known = set(first) | set(await repo.get_many(cluster.pk, outside) if outside else ())
+    problems = unknown_dependencies(new, known, field_of)
+    if problems:
+        raise UnprocessableError(
+            f"a dependency names no job of cluster {cluster.id!r}",
+            code="unknown_dependency",
+            details=problems,
+        )
+    cycle = find_cycle(graph)
+    if cycle is not None:
+        raise UnprocessableError(
+            "the jobs' dependencies form a cycle",
+            code="dependency_cycle",
+            details=[cycle_error(cycle, field_of)],
+        )
+
+
 async def submit_jobs(
     ctx: Ctx, cluster_id: str, specs: Sequence[JobSpec], *, prefix: str = "body.jobs[{i}]"
 ) -> tuple[list[JobRead], bool]:
@@ -99,6 +136,7 @@ async def submit_jobs(
     repo = JobRepository(ctx.session)
     existing = await repo.get_many(cluster.pk, list(first))
     _check_same_specs(existing, first, hashes, prefix)
+    await _check_dependencies(repo, cluster, specs, first, existing, prefix)
     now = epoch_now()
     rows: list[dict[str, Any]] = []
     for job_id, i in first.items():

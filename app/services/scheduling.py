@@ -65,6 +65,7 @@ from app.services.decision import (
     InvalidSnapshotError,
     allocations_json,
 )
+from app.services.dependencies import check_snapshot_dependencies
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
 from app.settings import Settings
 
@@ -434,6 +435,7 @@ async def decide_snapshot(
         problems.append(ErrorItem("body.fallback", "the fallback must be a heuristic", "unknown"))
     if problems:
         raise UnprocessableError("the decide request is invalid", details=problems)
+    check_snapshot_dependencies(body.pending)
     state = state_from_request(body)
     backfill = body.backfill or settings.DEFAULT_BACKFILL
     spec = DecisionSpec(
