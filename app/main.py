@@ -16,6 +16,7 @@ from fastapi.routing import APIRoute
 
 from app.api.docs import install_docs
 from app.api.errors import ErrorGuardMiddleware, install_error_handlers
+from app.api.methods import AllowedMethodsMiddleware
 from app.api.middleware import (
     AdmissionMiddleware,
     AnsweredKeys,
@@ -131,6 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ui_router)
     install_docs(app)
     answered = AnsweredKeys()  # shared: admission answers retries of what idempotency stored
+    app.add_middleware(AllowedMethodsMiddleware, routes=app.router.routes)
     app.add_middleware(IdempotencyMiddleware, answered=answered)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.MAX_BODY_BYTES)
     app.add_middleware(AdmissionMiddleware, answered=answered)
