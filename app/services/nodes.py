@@ -41,6 +41,8 @@ def _check_resources(cluster: ClusterRecord, items: Sequence[NodeBulkItem], pref
 async def _upsert(
     ctx: Ctx, cluster: ClusterRecord, items: Sequence[NodeBulkItem]
 ) -> list[NodeRecord]:
+    """Runs under the cluster lock: two upserts of one new node id run one after the other, and
+    the second finds the node the first created."""
     repo = NodeRepository(ctx.session)
     existing = await repo.get_many(cluster.pk, [i.id for i in items])
     new: list[NodeRecord] = []

@@ -25,9 +25,10 @@ router = APIRouter(prefix="/k8s/{cluster_id}", tags=["k8s"], responses=ERROR_RES
     response_model_by_alias=True,
     summary="Extender filter",
     description=(
-        "kube-scheduler `filter` verb: records the pod as a pending Kairos job (id = pod UID) and "
-        "returns the candidate nodes that are registered, `up` and have room for it now; the "
-        "others are in `FailedNodes` with a reason."
+        "kube-scheduler `filter` verb: records the pod as a pending Kairos job (id = pod UID, "
+        "required) and returns the candidate nodes that are registered, `up` and have room for "
+        "it now; the others are in `FailedNodes` with a reason. Runs under the cluster lock, like "
+        "schedule rounds: a job that is no longer pending keeps its spec."
     ),
 )
 async def filter_nodes(
@@ -43,7 +44,8 @@ async def filter_nodes(
     summary="Extender prioritize",
     description=(
         "kube-scheduler `prioritize` verb: scores 0-10 per candidate node, bin-packing first "
-        "(the fuller the node would be after placing the pod, the higher); 0 when it does not fit."
+        "(the fuller the node would be after placing the pod, the higher); 0 when it does not fit. "
+        "Reads the nodes under the cluster lock."
     ),
 )
 async def prioritize_nodes(
