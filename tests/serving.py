@@ -36,16 +36,17 @@ def kairos_serve(
     log_path: Path,
     start_timeout_s: float = 60,
     args: Sequence[str] = (),
+    cwd: Path = ROOT,
 ) -> Iterator[str]:
-    """Run ``kairos serve`` with ``env`` (and ``args``) until the block ends; yields its base URL
-    once ``/healthz`` answers. Fails the test with the server log if it exits or does not
-    start."""
+    """Run ``kairos serve`` with ``env`` (and ``args``, in ``cwd``) until the block ends; yields
+    its base URL once ``/healthz`` answers. Fails the test with the server log if it exits or
+    does not start."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [*kairos_command(), "serve", "--host", "127.0.0.1", "--port", str(port), *args],
-            cwd=ROOT,
+            cwd=cwd,
             env=dict(env),
             stdout=log,
             stderr=subprocess.STDOUT,
