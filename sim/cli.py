@@ -42,20 +42,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--slice", type=int, default=0, help="draw sequences from the first K jobs only (0: all)"
     )
-    p.add_argument("--json", required=True, type=Path, help="write the result rows here")
-    p.add_argument("--report", type=Path, help="write a Markdown report with plots here")
+    p.add_argument("--json", type=Path, help="write the result rows here (JSON)")
+    p.add_argument(
+        "--report",
+        type=Path,
+        help="write a Markdown report here (a directory), with plots when matplotlib (the sim "
+        "extra) is installed; give --json, --report or both",
+    )
     p.add_argument(
         "--workers", type=int, default=1, help="run sequences in N processes (default 1)"
     )
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args_in = list(sys.argv[1:] if argv is None else argv)
-    if args_in and args_in[0] == COMMAND:
-        args_in = args_in[1:]
-    parser = build_parser()
-    args = parser.parse_args(args_in)
+def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, ...]:
+    """The policies named; exits with a usage error for an option out of range, and warns
+    when the report will have no plots."""
     policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
     if not policies:
         parser.error("--policies names no policy")
@@ -66,6 +68,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--seed and --slice must be >= 0, --workers >= 1")
     if not Path(args.trace).is_file():
         parser.error(f"--trace: no such file: {args.trace}")
+    if args.json is None and args.report is None:
+        parser.error("give --json FILE (the result rows), --report DIR (a Markdown report) or both")
+    if args.report is not None:
+        from sim.report import NO_PLOTS, can_plot
+
+        if not can_plot():  # said before the run, which may take minutes
+            print(f"kairos evaluate: {NO_PLOTS}", file=sys.stderr)  # noqa: T201
+    return policies
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in and args_in[0] == COMMAND:
+        args_in = args_in[1:]
+    parser = build_parser()
+    args = parser.parse_args(args_in)
+    policies = _checked(parser, args)
     spec = EvalSpec(
         trace_path=str(args.trace),
         policies=policies,
@@ -81,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UnknownPolicyError, SwfFormatError, ValueError) as exc:
         print(f"kairos evaluate: error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    write_json(result.rows, args.json)
+    if args.json is not None:
+        write_json(result.rows, args.json)
     if args.report is not None:
         from sim.report import write_report
 

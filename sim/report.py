@@ -1,4 +1,8 @@
-"""Markdown + PNG report of an evaluation (``kairos evaluate --report DIR``)."""
+"""Markdown + PNG report of an evaluation (``kairos evaluate --report DIR``).
+
+The plots need matplotlib, from the ``sim`` extra; without it the report is the Markdown tables
+alone, with a line saying how to get the plots (:data:`NO_PLOTS`).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,20 @@ from sim.evaluate import Evaluation, SequenceOutcome
 BSLD_PNG = "bsld_per_policy.png"
 WAIT_CDF_PNG = "wait_cdf.png"
 REPORT_MD = "report.md"
+#: why a report has no plots, and the fix
+NO_PLOTS = (
+    "plots skipped: matplotlib is not installed; install the sim extra "
+    "(in a checkout: .venv/bin/pip install -e '.[sim]') for them"
+)
+
+
+def can_plot() -> bool:
+    """Whether matplotlib (the ``sim`` extra) can be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _by_policy(outcomes: list[SequenceOutcome]) -> dict[str, list[SequenceOutcome]]:
@@ -65,7 +83,7 @@ def _fmt(x: float) -> str:
     return f"{x:,.2f}" if abs(x) >= 1 else f"{x:.3f}"
 
 
-def markdown(evaluation: Evaluation) -> str:
+def markdown(evaluation: Evaluation, *, plots: bool = True) -> str:
     rows: list[dict[str, Any]] = evaluation.rows
     groups = _by_policy(evaluation.outcomes)
     first = rows[0] if rows else {}
@@ -97,13 +115,19 @@ def markdown(evaluation: Evaluation) -> str:
     for row in rows:
         values = " | ".join(f"{v:.2f}" for v in row["per_sequence_bsld"])
         lines.append(f"| {row['policy']} | {values} |")
-    lines += ["", f"![bsld per policy]({BSLD_PNG})", "", f"![CDF of wait]({WAIT_CDF_PNG})", ""]
-    return "\n".join(lines)
+    if plots:
+        lines += ["", f"![bsld per policy]({BSLD_PNG})", "", f"![CDF of wait]({WAIT_CDF_PNG})"]
+    else:
+        lines += ["", f"_{NO_PLOTS}._"]
+    return "\n".join([*lines, ""])
 
 
 def write_report(evaluation: Evaluation, directory: Path) -> Path:
+    """``report.md`` in ``directory``, with the plots when :func:`can_plot`."""
     directory.mkdir(parents=True, exist_ok=True)
-    _plots(evaluation, directory)
+    plots = can_plot()
+    if plots:
+        _plots(evaluation, directory)
     path = directory / REPORT_MD
-    path.write_text(markdown(evaluation))
+    path.write_text(markdown(evaluation, plots=plots))
     return path
