@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import shutil
@@ -45,9 +46,15 @@ def _serve(args: Sequence[str]) -> int:
         "an instrumented one)",
     )
     opts = parser.parse_args(args)
+    from app.serving import claim_port, kernel_shares_reuse_port
+
+    try:  # before the start-up, which takes seconds, so that a busy port is said at once
+        claim_port(opts.host, opts.port)
+    except OSError as exc:
+        print(_cannot_listen(opts.host, opts.port, exc), file=sys.stderr)  # noqa: T201
+        return 1
     if not opts.no_migrate:
         _migrate_now(settings)  # once, before workers fork, so they never race to migrate
-    from app.serving import kernel_shares_reuse_port
 
     made = _share_metrics(settings) if opts.workers > 1 else None
     try:
@@ -81,8 +88,7 @@ def _supervise(opts: argparse.Namespace, settings: Settings) -> int:
     try:
         port = claim_port(opts.host, opts.port)
     except OSError as exc:
-        message = f"kairos serve: cannot listen on {opts.host}:{opts.port}: {exc}"
-        print(message, file=sys.stderr)  # noqa: T201
+        print(_cannot_listen(opts.host, opts.port, exc), file=sys.stderr)  # noqa: T201
         return 1
     config = uvicorn.Config(
         opts.app,
@@ -102,6 +108,20 @@ def _supervise(opts: argparse.Namespace, settings: Settings) -> int:
         heartbeat_dir=heartbeats,
     )
     return supervisor.run()
+
+
+def _cannot_listen(host: str, port: int, exc: OSError) -> str:
+    """One line: why ``kairos serve`` cannot listen on ``host:port``, and the settings to
+    change."""
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"kairos serve: port {port} on {host} is already in use; stop what listens there, "
+            "or choose another port with --port or KAIROS_PORT"
+        )
+    return (
+        f"kairos serve: cannot listen on {host}:{port} ({exc.strerror or exc}); choose another "
+        "port with --port or KAIROS_PORT, or another address with --host or KAIROS_HOST"
+    )
 
 
 def _log_config(settings: Settings) -> dict[str, Any]:

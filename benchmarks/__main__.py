@@ -1,10 +1,12 @@
 """Run every benchmark module of this package, sorted by name.
 
-Usage: ``python -m benchmarks [NAME...]``.
+Usage: ``python -m benchmarks [NAME...]`` (``--help`` lists the names); ``python -m
+benchmarks.NAME --help`` gives the options of one.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import pkgutil
 import sys
@@ -23,8 +25,29 @@ def discover() -> list[str]:
     )
 
 
+def parse(argv: list[str]) -> list[str]:
+    """The benchmarks to run (all when none is named); exits with help or a usage error."""
+    known = discover()
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Run benchmarks, each printing ratios against a baseline measured in the "
+        "same run; `python -m benchmarks.NAME --help` gives the options of one.",
+    )
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benchmarks to run (default: all): {', '.join(known)}",
+    )
+    names: list[str] = parser.parse_args(argv).names
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"no benchmark {', '.join(unknown)}; choose from {', '.join(known)}")
+    return names or known
+
+
 def main(argv: list[str]) -> int:
-    names = argv or discover()
+    names = parse(argv)
     failed = []
     for name in names:
         module = importlib.import_module(f"benchmarks.{name}")
