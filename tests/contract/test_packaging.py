@@ -41,8 +41,18 @@ def test_the_wheel_carries_every_shipped_model(tmp_path: Path) -> None:
             target.write_bytes(origin.read_bytes())
     out = tmp_path / "wheel"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + [str(source), "-w", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            str(source),
+            "-w",
+            str(out),
+        ],
         check=True,
         capture_output=True,
     )

@@ -62,7 +62,8 @@ def test_serve_from_an_empty_directory_decides_with_the_onnx_policy(tmp_path: Pa
     assert (ready.json()["policies"], ready.json()["missing_policies"]) == ("ok", [])
     text = log.read_text()
     assert "policies loaded from" in text
-    assert "hpc-kernel@3" in text and "hpc-kernel-none@1" in text
+    assert "hpc-kernel@3" in text
+    assert "hpc-kernel-none@1" in text
     assert "DEFAULT POLICY MISSING" not in text
     assert list(cwd.iterdir()) == []  # nothing written where it was started
 
