@@ -235,7 +235,7 @@ def _node_view(record: NodeRecord, used: Mapping[str, float]) -> Node:
     at least that (nothing new fits on a node running more than its capacity)."""
     node = node_from_record(record)
     allocated = {k: float(v) for k, v in used.items()}
-    capacity = dict(node.capacity)
+    capacity = {k: float(v) for k, v in record.capacity.items()}  # not lifted to the stale value
     for name, a in allocated.items():
         capacity[name] = max(capacity.get(name, 0.0), a)
     return dataclasses.replace(node, capacity=capacity, allocated=allocated)

@@ -254,6 +254,34 @@ async def test_a_round_is_not_wedged_by_allocations_that_drifted(
     await _assert_accounting(api, cid)
 
 
+async def test_an_overcounted_allocation_neither_leaks_nor_lends_capacity(
+    api: httpx.AsyncClient, pg: asyncpg.Connection, cid: str
+) -> None:
+    """Finding 2, the other drift: ``allocated`` above what the running jobs hold. The round sees
+    the node's real capacity and what runs on it: 54 of 64 cpu free, not 0 and not 70."""
+    await _cluster(api, cid, cpu=64)
+    assert (await api.post(f"/v1/k8s/{cid}/filter", json=_filter("run", 10))).status_code == 200
+    assert (await api.post(f"/v1/k8s/{cid}/bind", json=_bind("run"))).json() == {"Error": ""}
+    cluster_pk = await pg.fetchval(
+        "SELECT pk FROM clusters WHERE tenant = 'default' AND id = $1", cid
+    )
+    await pg.execute(
+        "UPDATE nodes SET allocated = '{\"cpu\": 80.0}' WHERE cluster_pk = $1", cluster_pk
+    )
+    jobs = f"/v1/clusters/{cid}/jobs"
+    too_big = {"id": "too-big", "per_task": {"cpu": 60}, "walltime_s": 60, "submit_time": 1.0}
+    assert (await api.post(jobs, json=too_big)).status_code == 201
+    r = await api.post(f"/v1/clusters/{cid}/schedule", json={"now": 1000.0, "dry_run": True})
+    assert r.status_code == 200, r.text
+    assert r.json()["allocations"] == []
+    assert (await api.delete(f"{jobs}/too-big")).status_code == 204
+    fits = {"id": "fits", "per_task": {"cpu": 50}, "walltime_s": 60, "submit_time": 2.0}
+    assert (await api.post(jobs, json=fits)).status_code == 201
+    r = await api.post(f"/v1/clusters/{cid}/schedule", json={"now": 1001.0})
+    assert [a["job_id"] for a in r.json()["allocations"]] == ["fits"]
+    await _assert_accounting(api, cid)
+
+
 async def test_a_pod_uid_with_a_trailing_newline_is_refused(
     api: httpx.AsyncClient, cid: str
 ) -> None:
