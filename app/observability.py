@@ -250,10 +250,14 @@ def redact_secrets(text: str) -> str:
     return _CREDENTIALS.sub(credentials, text)
 
 
+_EXCEPTION_FORMATTER = logging.Formatter()
+
+
 class RedactSecrets(logging.Filter):
     """A handler filter that takes secrets out of every record it passes (message and string
     arguments, element by element so that uvicorn's access formatter still unpacks its five
-    arguments): request lines carrying ``?key=...`` and the like, and ``Authorization`` values."""
+    arguments; the traceback too): request lines carrying ``?key=...`` and the like, and
+    ``Authorization`` values."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.msg, str):
@@ -262,6 +266,10 @@ class RedactSecrets(logging.Filter):
             record.args = tuple(_redact_arg(a) for a in record.args)
         elif isinstance(record.args, Mapping):
             record.args = {k: _redact_arg(v) for k, v in record.args.items()}
+        if record.exc_info and not record.exc_text:  # formatters print a cached exc_text
+            record.exc_text = _EXCEPTION_FORMATTER.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_secrets(record.exc_text)
         return True
 
 

@@ -4,6 +4,7 @@ credentials (``app.observability.RedactSecrets``)."""
 from __future__ import annotations
 
 import logging
+import sys
 
 import pytest
 from uvicorn.logging import AccessFormatter
@@ -68,10 +69,8 @@ def test_an_access_log_record_still_formats_and_carries_no_key():
     )
     assert RedactSecrets().filter(record)
     line = AccessFormatter('%(client_addr)s - "%(request_line)s" %(status_code)s').format(record)
-    assert (
-        line
-        == f'127.0.0.1:5000 - "GET /ui/clusters/x?key={REDACTED}&refresh=5 HTTP/1.1" 400 Bad Request'
-    )
+    request_line = f"GET /ui/clusters/x?key={REDACTED}&refresh=5 HTTP/1.1"
+    assert line == f'127.0.0.1:5000 - "{request_line}" 400 Bad Request'
 
 
 def test_message_and_mapping_arguments_are_redacted():
@@ -90,3 +89,14 @@ def test_every_handler_of_the_serving_log_config_redacts():
     factory = config["filters"]["redact_secrets"]["()"]
     assert factory == "app.observability.RedactSecrets"
     assert config["root"]["handlers"] == ["kairos"]
+
+
+def test_a_traceback_is_redacted_too():
+    try:
+        raise RuntimeError("GET http://h/ui?key=sk-in-trace failed")
+    except RuntimeError:
+        record = logging.LogRecord("app", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    RedactSecrets().filter(record)
+    line = logging.Formatter().format(record)
+    assert "RuntimeError" in line
+    assert "sk-in-trace" not in line
