@@ -397,7 +397,13 @@ class TestOperations:
         assert (await client.get("/healthz")).json() == {"status": "ok"}
         r = await client.get("/readyz")
         assert r.status_code == 200
-        assert r.json() == {"status": "ok", "database": "ok", "queue": "ok", "policies": "ok"}
+        assert r.json() == {
+            "status": "ok",
+            "database": "ok",
+            "queue": "ok",
+            "policies": "ok",
+            "missing_policies": [],  # every default policy is a loaded model (ADR 0089)
+        }
 
     async def test_readyz_reports_database_down(self, tmp_path) -> None:  # type: ignore[no-untyped-def]
         settings = Settings(
