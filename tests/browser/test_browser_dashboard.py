@@ -6,6 +6,8 @@ import uuid
 
 from kairos_client import Client
 
+KEY = "sk-acme-ui"  # keyed_server's key for tenant acme
+
 
 def _make_cluster(url: str, api_key: str | None = None) -> str:
     cluster_id = f"ui-{uuid.uuid4().hex[:8]}"
@@ -62,14 +64,46 @@ def test_dashboard_shows_a_new_cluster(server, page, artifacts):
 
 
 def test_dashboard_login_with_a_key(keyed_server, page, artifacts):
-    cluster_id = _make_cluster(keyed_server.url, api_key="sk-acme-ui")
-    page.goto(f"{keyed_server.url}/ui")
+    cluster_id = _make_cluster(keyed_server.url, api_key=KEY)
+    page.goto(f"{keyed_server.url}/ui/clusters/{cluster_id}")
     page.wait_for_selector("input[name=key]")
+    assert page.get_attribute("form", "method") == "post"
     page.fill("input[name=key]", "wrong")
     page.click("button[type=submit]")
     page.wait_for_selector("[role=alert]")
-    page.fill("input[name=key]", "sk-acme-ui")
+    page.fill("input[name=key]", KEY)
     page.click("button[type=submit]")
-    page.locator(f"tr[data-cluster='{cluster_id}']").wait_for()
+    page.wait_for_selector("[data-testid=cluster-title]")  # back on the page first asked for
     assert "acme" in page.locator("[data-testid=tenant]").inner_text()
+    (cookie,) = [c for c in page.context.cookies() if c["name"] == "kairos_ui_session"]
+    assert cookie["httpOnly"]
+    assert cookie["sameSite"] == "Strict"
+    assert cookie["path"] == "/ui"
+    assert KEY not in cookie["value"]
+    page.goto(f"{keyed_server.url}/ui")
+    page.locator(f"tr[data-cluster='{cluster_id}']").wait_for()
     page.screenshot(path=str(artifacts / "ui-logged-in.png"), full_page=True)
+
+    page.click("text=Log out")
+    page.wait_for_selector("input[name=key]")
+    assert not [c for c in page.context.cookies() if c["name"] == "kairos_ui_session"]
+    page.goto(f"{keyed_server.url}/ui")
+    page.wait_for_selector("input[name=key]")  # logged out: the form again
+    assert not [u for u in page.requested if KEY in u]
+    assert KEY not in keyed_server.log.read_text()
+
+
+def test_a_key_in_the_address_is_refused_and_points_to_the_form(keyed_server, page, artifacts):
+    response = page.goto(f"{keyed_server.url}/ui?key={KEY}&refresh=30")
+    assert response is not None
+    assert response.status == 400
+    assert "does not accept an API key in a URL" in page.locator("[role=alert]").inner_text()
+    assert not page.context.cookies()
+    page.screenshot(path=str(artifacts / "ui-key-in-url.png"), full_page=True)
+    page.click("[data-testid=login-link]")
+    page.wait_for_selector("input[name=key]")
+    page.fill("input[name=key]", KEY)
+    page.click("button[type=submit]")
+    page.wait_for_selector("[data-testid=tenant]")
+    assert page.url == f"{keyed_server.url}/ui?refresh=30"  # the address, without the key
+    assert KEY not in keyed_server.log.read_text()
