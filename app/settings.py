@@ -60,11 +60,11 @@ class Settings(BaseSettings):
     #: Where uploads (``<MODELS_DIR>/_tenants/<owner>/...``, ADR 0088) and a deployment's own
     #: models (``<MODELS_DIR>/<name>/<version>/policy.onnx`` + ``card.json``) live; relative to
     #: the working directory, created on the first upload. The models shipped with Kairos come
-    #: from the installed package whatever this is (SHIPPED_MODELS); a name@version in both is
-    #: this directory's (ADR 0089).
+    #: from the installed package whatever this is (SHIPPED_MODELS); a name with a directory
+    #: here is read from here alone, every other name from the package (ADR 0089).
     MODELS_DIR: str = "models"
     #: Read the models installed with the package (``app/shipped_models``: in a checkout, its
-    #: ``models/``) beneath MODELS_DIR's own. False: MODELS_DIR alone.
+    #: ``models/``) for the names MODELS_DIR has no directory of. False: MODELS_DIR alone.
     SHIPPED_MODELS: bool = True
     #: Seconds between looks for models another process sharing MODELS_DIR installed, so that
     #: every process knows them and means the same newest version (ADR 0086). 0: never.
