@@ -18,6 +18,7 @@ from app.domain.clock import epoch_now
 from app.domain.types import JobState
 from app.schemas.common import Page
 from app.schemas.job import JobEventCreate, JobRead, JobSpec
+from app.services.amounts import all_zero, zero_amount_error
 from app.services.clusters import require_cluster
 from app.services.context import Ctx
 from app.services.convert import (
@@ -55,6 +56,8 @@ def _check_specs(cluster: ClusterRecord, specs: Sequence[JobSpec], prefix: str) 
                         "unknown_resource",
                     )
                 )
+        if all_zero(spec.per_task):
+            problems.append(zero_amount_error(f"{where}.per_task"))
         if spec.id in spec.depends_on:
             problems.append(ErrorItem(f"{where}.depends_on", "a job cannot depend on itself"))
         if len(problems) >= 100:

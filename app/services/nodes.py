@@ -9,6 +9,7 @@ from app.db.orm import ClusterRecord, NodeRecord
 from app.db.repositories.node_repository import NodeRepository
 from app.schemas.cluster import NodeBulkItem, NodeRead
 from app.schemas.common import Page
+from app.services.amounts import all_zero, zero_amount_error
 from app.services.clusters import require_cluster
 from app.services.context import Ctx
 from app.services.convert import node_read
@@ -31,6 +32,8 @@ def _check_resources(cluster: ClusterRecord, items: Sequence[NodeBulkItem], pref
                         "unknown_resource",
                     )
                 )
+        if all_zero(item.capacity):
+            problems.append(zero_amount_error(f"{where}.capacity"))
         if item.id in seen:
             problems.append(ErrorItem(f"{where}.id", f"node {item.id!r} repeats", "duplicate"))
         seen.add(item.id)

@@ -46,6 +46,7 @@ from app.domain.types import (
 )
 from app.schemas.decision import DecideRequest, DecisionRead, ScheduleRequest
 from app.schemas.job import JobSpec
+from app.services.amounts import check_snapshot_amounts
 from app.services.clusters import require_cluster
 from app.services.context import Ctx
 from app.services.convert import (
@@ -435,6 +436,7 @@ async def decide_snapshot(
         problems.append(ErrorItem("body.fallback", "the fallback must be a heuristic", "unknown"))
     if problems:
         raise UnprocessableError("the decide request is invalid", details=problems)
+    check_snapshot_amounts(body)
     check_snapshot_dependencies(body.pending)
     state = state_from_request(body)
     backfill = body.backfill or settings.DEFAULT_BACKFILL
