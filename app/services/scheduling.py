@@ -319,7 +319,7 @@ async def schedule_cluster(
     settings: Settings,
     request_id: str | None = None,
 ) -> DecisionRead:
-    if body.policy is not None and not decisions.knows(body.policy):
+    if body.policy is not None and not decisions.knows(body.policy, ctx.tenant):
         raise UnprocessableError(
             f"unknown policy {body.policy!r}",
             details=[ErrorItem("body.policy", "unknown policy", "unknown")],
@@ -335,6 +335,7 @@ async def schedule_cluster(
         placement=PlacementStrategy(cluster.placement),
         explain=body.explain,
         shadow_policy=cluster.shadow_policy,
+        tenant=ctx.tenant,
     )
     request_id = request_id or new_request_id()
     outcome = await _decide(
@@ -430,7 +431,7 @@ async def decide_snapshot(
     """
     problems = []
     for field, name in (("policy", body.policy), ("fallback", body.fallback)):
-        if name is not None and not decisions.knows(name):
+        if name is not None and not decisions.knows(name, tenant):
             problems.append(ErrorItem(f"body.{field}", f"unknown policy {name!r}", "unknown"))
     if body.fallback is not None and not decisions.is_heuristic(body.fallback):
         problems.append(ErrorItem("body.fallback", "the fallback must be a heuristic", "unknown"))
@@ -446,6 +447,7 @@ async def decide_snapshot(
         backfill=Backfill(backfill),
         placement=PlacementStrategy(body.placement or settings.DEFAULT_PLACEMENT),
         explain=body.explain,
+        tenant=tenant,
     )
     request_id = request_id or new_request_id()
     outcome = await _decide(
