@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.schemas.common import NO_NUL_PATTERN, Id
+from app.schemas.common import CLOSED_MAP, NO_NUL_PATTERN, Id
 
 
 class K8sSchema(BaseModel):
@@ -51,7 +51,7 @@ class ObjectMeta(K8sSchema):
     #: The pod's UID, the id of its Kairos job: required, and a Kairos id.
     uid: Id
     annotations: dict[Text, Annotated[str, StringConstraints(max_length=4096)]] = Field(
-        default_factory=dict
+        default_factory=dict, json_schema_extra=CLOSED_MAP
     )
 
 
