@@ -10,6 +10,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
@@ -41,9 +42,22 @@ from app.ui import router as ui_router
 
 logger = logging.getLogger(__name__)
 
-DESCRIPTION = """Scheduling as a service. Register a cluster and its nodes, submit jobs, and ask
-for a scheduling round: Kairos answers with allocations from a learned policy or a heuristic
-fallback, and records every decision.
+#: the distribution's name in pyproject.toml; the API's version is the installed package's
+DISTRIBUTION = "kairos"
+
+
+def api_version() -> str:
+    """The installed distribution's version (one source of truth with the package and its wheel);
+    a checkout used without installing has no metadata and says so."""
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+DESCRIPTION = """Register a cluster and its nodes, submit jobs, and ask for a scheduling round:
+Kairos answers with allocations from a learned policy or a heuristic fallback, and records every
+decision.
 
 Errors always have the shape `{"error": {"code", "message", "details"}}`. When the service runs
 with `KAIROS_API_KEYS`, every `/v1` call needs `Authorization: Bearer <key>`. Every `POST` honours
@@ -115,7 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="Kairos",
-        version="1.0.0",
+        version=api_version(),
         summary="Scheduling as a service",
         description=DESCRIPTION,
         lifespan=lifespan,

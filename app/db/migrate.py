@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+# alembic announces each built-in plugin at INFO when its modules are imported, so the level is
+# set before the first alembic import; alembic.runtime.migration's "Running upgrade" lines stay
+logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
-from app.db.engine import SQLITE_BEGIN_IMMEDIATE
+from alembic import command  # noqa: E402
+from alembic.config import Config  # noqa: E402
+from alembic.runtime.migration import MigrationContext  # noqa: E402
+from alembic.script import ScriptDirectory  # noqa: E402
+from sqlalchemy import text  # noqa: E402
+from sqlalchemy.engine import Connection  # noqa: E402
+from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
+
+from app.db.engine import SQLITE_BEGIN_IMMEDIATE  # noqa: E402
 
 #: migrations/ beside the ``app`` package (the repository root, or the image's /app).
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
