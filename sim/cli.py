@@ -106,11 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sim.report import write_report
 
         write_report(result, args.report)
-    for row in result.rows:
-        print(  # noqa: T201
-            f"{row['policy']:>10}  bsld {row['bsld']:>10.2f}  wait {row['wait_s']:>10.1f} s  "
-            f"util {row['utilization']:.3f}"
-        )
+    from sim.report import text_table
+
+    print(text_table(result.rows))  # noqa: T201
     return 0
 
 

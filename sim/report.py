@@ -41,6 +41,39 @@ def _by_policy(outcomes: list[SequenceOutcome]) -> dict[str, list[SequenceOutcom
     return out
 
 
+def _setting(evaluation: Evaluation) -> str:
+    """The trace and the backfilling mode, as the plots' titles name them."""
+    first = evaluation.rows[0] if evaluation.rows else {}
+    return f"{first.get('trace', '?')}, backfill {first.get('backfill', '?')}"
+
+
+def distinct_outcomes(evaluation: Evaluation) -> int:
+    """How many different results the policies give (per-sequence bsld and waits, rounded)."""
+    groups = _by_policy(evaluation.outcomes)
+    keys = {
+        tuple((round(o.bsld, 6), round(o.wait_s, 6), round(o.max_wait_s, 6)) for o in items)
+        for items in groups.values()
+    }
+    return len(keys)
+
+
+def _degenerate(evaluation: Evaluation) -> str | None:
+    """Why the plots show one bar height and one curve, or None when the policies differ."""
+    if len(evaluation.rows) < 2 or distinct_outcomes(evaluation) != 1:
+        return None
+    why = (
+        "no job waited: each job found enough free processors when it arrived, so the order a "
+        "policy chooses changes nothing"
+        if all(o.max_wait_s == 0 for o in evaluation.outcomes)
+        else "on these sequences every policy picks the same jobs in the same order"
+    )
+    return (
+        f"All {len(evaluation.rows)} policies give one distinct outcome ({why}); the bars are "
+        "equal and the wait curves lie on top of each other. Longer sequences, another trace or "
+        "another backfilling mode separate them."
+    )
+
+
 def _plots(evaluation: Evaluation, directory: Path) -> None:
     import matplotlib
 
@@ -49,22 +82,30 @@ def _plots(evaluation: Evaluation, directory: Path) -> None:
 
     groups = _by_policy(evaluation.outcomes)
     policies = [r["policy"] for r in evaluation.rows]
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    setting = _setting(evaluation)
+    degenerate = _degenerate(evaluation)
+    # horizontal bars: the policy names are y tick labels, one per line, however long
+    fig, ax = plt.subplots(figsize=(8, 1.6 + 0.45 * len(policies)))
     means = [float(np.mean([o.bsld for o in groups[p]])) for p in policies]
-    ax.bar(policies, means, color="#4c72b0", alpha=0.8, label="mean over sequences")
+    rows = list(range(len(policies)))
+    ax.barh(rows, means, color="#4c72b0", alpha=0.8, label="mean over sequences")
     for i, p in enumerate(policies):
         values = [o.bsld for o in groups[p]]
-        ax.scatter([i] * len(values), values, color="black", s=10, zorder=3)
-    ax.set_yscale("log")
-    ax.set_ylabel("average bounded slowdown (log)")
-    ax.set_title("Bounded slowdown per policy (dots: sequences)")
-    ax.legend()
+        ax.scatter(values, [i] * len(values), color="black", s=10, zorder=3, label=None)
+    ax.set_yticks(rows, policies)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("average bounded slowdown (log; dots: sequences)")
+    ax.set_title(f"Bounded slowdown per policy\n{setting}")
+    if degenerate is not None:
+        ax.text(0.5, 0.02, "one distinct outcome: all policies equal", transform=ax.transAxes,
+                ha="center", va="bottom", fontsize=8, style="italic")  # fmt: skip
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(directory / BSLD_PNG, dpi=120)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     for p in policies:
         waits = np.sort(np.concatenate([np.asarray(o.waits) for o in groups[p]]))
         cdf = np.arange(1, waits.size + 1) / waits.size
@@ -72,8 +113,11 @@ def _plots(evaluation: Evaluation, directory: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("waiting time (s, log; 0 shown at 1 s)")
     ax.set_ylabel("fraction of jobs")
-    ax.set_title("CDF of waiting time (all sequences)")
-    ax.legend()
+    title = f"CDF of waiting time (all sequences)\n{setting}"
+    if degenerate is not None:
+        title += " - one distinct outcome"
+    ax.set_title(title)
+    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(directory / WAIT_CDF_PNG, dpi=120)
     plt.close(fig)
@@ -81,6 +125,36 @@ def _plots(evaluation: Evaluation, directory: Path) -> None:
 
 def _fmt(x: float) -> str:
     return f"{x:,.2f}" if abs(x) >= 1 else f"{x:.3f}"
+
+
+def text_table(rows: list[dict[str, Any]]) -> str:
+    """The rows as ``kairos evaluate`` prints them: the name column as wide as the longest name."""
+    width = max((len(str(r["policy"])) for r in rows), default=6)
+    return "\n".join(
+        f"{r['policy']:<{width}}  bsld {r['bsld']:>10.2f}  wait {r['wait_s']:>10.1f} s  "
+        f"util {r['utilization']:.3f}"
+        for r in rows
+    )
+
+
+def _fairness_note(evaluation: Evaluation) -> str:
+    """What the Jain column measures and, when it is 1 everywhere, why."""
+    text = (
+        "- user fairness (Jain) = (sum x)^2 / (n x sum x^2) over the n users of a sequence, x = "
+        "a user's mean bounded slowdown: 1 when every user sees the same mean slowdown, 1/n when "
+        "one user bears all of it"
+    )
+    outcomes = evaluation.outcomes
+    if not outcomes or any(o.fairness < 1.0 - 1e-9 for o in outcomes):
+        return text
+    if all(abs(o.bsld - 1.0) < 1e-9 for o in outcomes):
+        why = "every job's bounded slowdown is 1 (no job waited), so all users' means are equal"
+    else:
+        why = (
+            "the trace names no users (user id -1) or one user, so all jobs form one group, and "
+            "the index of a single value is 1"
+        )
+    return f"{text}; it is 1.000 here because {why}"
 
 
 def markdown(evaluation: Evaluation, *, plots: bool = True) -> str:
@@ -95,6 +169,7 @@ def markdown(evaluation: Evaluation, *, plots: bool = True) -> str:
         f"{first.get('seed')}; starts {evaluation.starts}",
         "- utilisation = RLScheduler's definition (work / ((last start - first submit) x "
         "MaxProcs)); makespan utilisation uses the last completion",
+        _fairness_note(evaluation),
         "",
         "| policy | avg bsld | avg wait (s) | max wait (s) | utilisation | util. (makespan) "
         "| user fairness (Jain) |",
@@ -115,6 +190,9 @@ def markdown(evaluation: Evaluation, *, plots: bool = True) -> str:
     for row in rows:
         values = " | ".join(f"{v:.2f}" for v in row["per_sequence_bsld"])
         lines.append(f"| {row['policy']} | {values} |")
+    degenerate = _degenerate(evaluation)
+    if degenerate is not None:
+        lines += ["", f"**Note:** {degenerate}"]
     if plots:
         lines += ["", f"![bsld per policy]({BSLD_PNG})", "", f"![CDF of wait]({WAIT_CDF_PNG})"]
     else:
