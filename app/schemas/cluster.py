@@ -60,10 +60,18 @@ class ClusterRead(ReadSchema):
     labels: dict[str, str]
     created_at: float
     updated_at: float
-    nodes: int
-    capacity: dict[str, float]
-    allocated: dict[str, float]
-    free: dict[str, float]
+    nodes: int = Field(description="Number of nodes in every state (`up`, `drain`, `down`).")
+    schedulable_nodes: int = Field(description="Number of `up` nodes (new work is placed there).")
+    total_capacity: dict[str, float] = Field(description="Capacity summed over all nodes.")
+    schedulable_capacity: dict[str, float] = Field(
+        description="Capacity summed over the `up` nodes."
+    )
+    capacity: dict[str, float] = Field(
+        description="Deprecated: the same as `schedulable_capacity` (the `up` nodes only).",
+        json_schema_extra={"deprecated": True},
+    )
+    allocated: dict[str, float] = Field(description="Allocated amounts summed over all nodes.")
+    free: dict[str, float] = Field(description="Free amounts summed over the `up` nodes.")
     pending_jobs: int
     running_jobs: int
 

@@ -186,15 +186,21 @@ def node_read(record: NodeRecord, cluster_id: str) -> NodeRead:
 def cluster_read(
     record: ClusterRecord, nodes: Iterable[NodeRecord], job_counts: Mapping[str, int]
 ) -> ClusterRead:
-    """Totals: ``capacity`` and ``free`` count ``up`` nodes; ``allocated`` counts every node."""
+    """Totals: ``nodes``, ``total_capacity`` and ``allocated`` count every node;
+    ``schedulable_nodes``, ``schedulable_capacity`` (and its deprecated alias ``capacity``) and
+    ``free`` count the ``up`` nodes."""
+    total: Resources = {}
     capacity: Resources = {}
     allocated: Resources = {}
     free: Resources = {}
     count = 0
+    up = 0
     for node in nodes:
         count += 1
+        total = add(total, node.capacity)
         allocated = add(allocated, node.allocated)
         if node.state == NodeState.UP:
+            up += 1
             capacity = add(capacity, node.capacity)
             free = add(free, free_of(node.capacity, node.allocated))
     return ClusterRead(
@@ -210,6 +216,9 @@ def cluster_read(
         created_at=epoch(record.created_at),
         updated_at=epoch(record.updated_at),
         nodes=count,
+        schedulable_nodes=up,
+        total_capacity=clean(total),
+        schedulable_capacity=clean(capacity),
         capacity=clean(capacity),
         allocated=clean(allocated),
         free=clean(free),

@@ -103,7 +103,7 @@ class TestEasyBackfilling:
         assert d.reservations == (Reservation("big", 100.0),)
         assert allocated(d) == {"long": [("n2", 2)], "short": [("n3", 1)]}
         assert d.explain["not_started"] == {
-            "big": "does not fit; reserved to start at 100",
+            "big": "does not fit; reserved to start at 1970-01-01T00:01:40+00:00 (in 1 min 30 s)",
             "long2": "blocked by reservation",
         }
         assert d.explain["order"] == ["big", "long", "long2", "short"]

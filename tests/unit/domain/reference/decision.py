@@ -36,6 +36,7 @@ import numpy as np
 from app.domain.errors import DecisionFinishedError, InvalidPickError, SnapshotError
 from app.domain.policy import OrderingPolicy, Phase, SteppingPolicy, StepView
 from app.domain.resources import FIT_EPS, to_tuple
+from app.domain.timefmt import when
 from app.domain.types import (
     Allocation,
     Backfill,
@@ -767,7 +768,7 @@ class DecisionRun:
                 if excluded.startswith(REASON_UNSCHEDULABLE):
                     unschedulable.append(job_id)
             elif info is self._reserved and self._reservation is not None:
-                start = _fmt(self._reservation.start_at)
+                start = when(self._reservation.start_at, self.now)
                 not_started[job_id] = f"{REASON_DOES_NOT_FIT}; reserved to start at {start}"
             elif self._place_now(info) is None:
                 not_started[job_id] = REASON_DOES_NOT_FIT

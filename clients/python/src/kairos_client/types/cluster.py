@@ -8,7 +8,9 @@ from kairos_client._models import BaseModel
 class Cluster(BaseModel):
     """A cluster: its resource names, scheduling configuration and current totals.
 
-    ``capacity`` and ``free`` sum the nodes that are ``up``; ``allocated`` sums all nodes.
+    ``nodes``, ``total_capacity`` and ``allocated`` count every node; ``schedulable_nodes``,
+    ``schedulable_capacity`` and ``free`` count the nodes that are ``up``. ``capacity`` is a
+    deprecated alias of ``schedulable_capacity``.
     """
 
     id: str
@@ -23,8 +25,15 @@ class Cluster(BaseModel):
     created_at: float
     updated_at: float
     nodes: int = 0
-    """Number of nodes."""
+    """Number of nodes in every state."""
+    schedulable_nodes: int = 0
+    """Number of ``up`` nodes."""
+    total_capacity: dict[str, float] = Field(default_factory=dict[str, float])
+    """Capacity summed over all nodes."""
+    schedulable_capacity: dict[str, float] = Field(default_factory=dict[str, float])
+    """Capacity summed over the ``up`` nodes."""
     capacity: dict[str, float] = Field(default_factory=dict[str, float])
+    """Deprecated: the same as ``schedulable_capacity``."""
     allocated: dict[str, float] = Field(default_factory=dict[str, float])
     free: dict[str, float] = Field(default_factory=dict[str, float])
     pending_jobs: int = 0
