@@ -38,6 +38,7 @@ from sim.metrics import (
     utilization_makespan,
     utilization_rlscheduler,
 )
+from sim.progress import Progress
 from sim.ranking import ScoringRanker
 from sim.rlscheduler import RlsPolicy, SequenceResult, sample_starts
 from sim.traces.swf import SwfTrace, load_swf
@@ -220,14 +221,6 @@ def _work(task: _Task) -> SequenceOutcome:
 # ---------------------------------------------------------------- driver
 
 
-def _progress(total: int, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="seq", desc="evaluate", file=sys.stderr)
-
-
 def _results(tasks: list[_Task], workers: int) -> Iterator[SequenceOutcome]:
     if workers <= 1:
         for task in tasks:
@@ -251,17 +244,12 @@ def evaluate(spec: EvalSpec, *, workers: int = 1, progress: bool | None = None) 
         for p in spec.policies
         for i, s in enumerate(starts)
     ]
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = _progress(len(tasks), show)
     outcomes: list[SequenceOutcome] = []
-    try:
+    # progress=None: a bar on stderr when it is a terminal, nothing in CI or a pipe
+    with Progress(len(tasks), "evaluate", "seq", enabled=progress) as bar:
         for outcome in _results(tasks, workers):
             outcomes.append(outcome)
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+            bar.update(1)
     rows = [
         _row(spec, trace.name, p, [o for o in outcomes if o.policy == p]) for p in spec.policies
     ]

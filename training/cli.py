@@ -38,7 +38,7 @@ class TrainCommand(Args):
     evaluate: bool = True
     """evaluate the exported policy on the paper's protocol and record the table in the card"""
     progress: bool = True
-    """show a progress bar"""
+    """show a progress bar on stderr when it is a terminal (never in CI or a pipe)"""
 
 
 def main(argv: Sequence[str]) -> int:

@@ -50,6 +50,7 @@ from app.policy.onnx_policy import describe_signature
 from sim.kairos import workload_from_trace
 from sim.kairos_fast import simulate_workload_fast
 from sim.metrics import avg_bounded_slowdown
+from sim.progress import Progress
 from sim.rlscheduler import simulate_sequence
 from sim.traces.swf import SwfTrace, load_swf
 from training.ppo import complement, evaluation_windows, merge_ranges, training_starts
@@ -140,7 +141,8 @@ class EsArgs:
     run_dir: str = "runs"
     """where run folders go"""
     progress: bool = False
-    """print one line per generation"""
+    """print one line per generation (a progress bar is drawn on stderr whenever it is a
+    terminal, never in CI or a pipe)"""
 
     out: str | None = None
     """export the best parameters here (``policy.onnx`` + ``card.json``)"""
@@ -660,6 +662,7 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
     v = np.zeros_like(theta)
     beta1, beta2 = 0.9, 0.999
     history: list[dict[str, Any]] = []
+    bar = Progress(args.generations, "es", "gen")  # drawn only on a terminal
     try:
         val_ref, val_best = best_reference(evaluator, val_windows, length, mode)
         val_traces = [k for k, _ in val_windows]
@@ -680,7 +683,7 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
         )
         best_cost, best_values = validate(theta)
         best_theta, best_gen = theta.copy(), 0
-        _log(args, 0, {"val_cost": best_cost})
+        _log(args, 0, {"val_cost": best_cost}, bar)
         for gen in range(1, args.generations + 1):
             if args.time_budget_s and time.time() - args.started > args.time_budget_s:
                 break
@@ -726,8 +729,10 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
                     best_theta, best_gen = theta.copy(), gen
                     np.savez(run_path / "best.npz", theta=best_theta)
             history.append({"generation": gen, **row})
-            _log(args, gen, row)
+            bar.update(1, postfix=f"best val {best_cost:.4f}")
+            _log(args, gen, row, bar)
     finally:
+        bar.close()
         evaluator.close()
     np.savez(run_path / "best.npz", theta=best_theta)
     per_trace = {}
@@ -793,11 +798,11 @@ def reproduce_command(args: EsArgs) -> str:
     return " ".join(parts)
 
 
-def _log(args: EsArgs, gen: int, row: dict[str, Any]) -> None:
+def _log(args: EsArgs, gen: int, row: dict[str, Any], bar: Progress) -> None:
     if args.progress:
         elapsed = time.time() - args.started
         text = " ".join(f"{k}={v:.4f}" for k, v in row.items())
-        print(f"gen {gen:4d} t={elapsed:7.1f}s {text}", flush=True)
+        bar.write(f"gen {gen:4d} t={elapsed:7.1f}s {text}")
 
 
 def write_model(

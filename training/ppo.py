@@ -47,6 +47,7 @@ import tyro
 from torch import nn
 
 from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES
+from sim.progress import Progress
 from training.hpc_env import HpcEpisode, JobTable, run_sequence
 
 #: logit given to masked rows (also used by the ONNX export)
@@ -165,7 +166,7 @@ class Args:
     checkpoint_every_s: float = 120.0
     """write ``last.pt`` at least this often"""
     progress: bool = False
-    """show a tqdm progress bar"""
+    """show a progress bar on stderr when it is a terminal (never in CI or a pipe)"""
 
     # filled in at run time
     batch_size: int = field(default=0, init=False)
@@ -800,15 +801,11 @@ def train(args: Args) -> Path:  # noqa: C901 - cleanrl's loop, kept in one piece
     next_done = torch.zeros(args.num_envs)
     last_checkpoint = time.time()
     ppo_start = time.time()
-    bar = None
-    if args.progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=num_updates, desc="ppo", unit="update")
+    bar = Progress(num_updates, "ppo", "update", enabled=None if args.progress else False)
     update = 0
     while update < num_updates:
         if args.time_budget_s > 0 and time.time() - ppo_start > args.time_budget_s:
-            print(f"time budget of {args.time_budget_s:.0f} s reached after {update} updates")
+            bar.write(f"time budget of {args.time_budget_s:.0f} s reached after {update} updates")
             break
         update += 1
         if args.anneal_lr:
@@ -866,19 +863,16 @@ def train(args: Args) -> Path:  # noqa: C901 - cleanrl's loop, kept in one piece
         sps = global_step / max(1e-9, time.time() - ppo_start)
         log("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         log("charts/SPS", sps, global_step)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(sps=f"{sps:.0f}", best=f"{best_bsld:.1f}")
+        bar.update(1, postfix=f"sps {sps:.0f} best {best_bsld:.1f}")
 
         if update % args.val_every == 0 or update == num_updates:
             val_bsld = validation.run(agent)
             log("eval/val_bsld", val_bsld, global_step)
-            print(
+            bar.write(
                 f"update {update}/{num_updates} step {global_step} sps {sps:.0f} "
                 f"val bsld {val_bsld:.2f} (best {best_bsld:.2f}) "
                 f"kl {stats.get('losses/approx_kl', 0):.4f} ev "
-                f"{stats['losses/explained_variance']:.2f}",
-                flush=True,
+                f"{stats['losses/explained_variance']:.2f}"
             )
             if val_bsld < best_bsld:
                 best_bsld = val_bsld
@@ -887,8 +881,7 @@ def train(args: Args) -> Path:  # noqa: C901 - cleanrl's loop, kept in one piece
             save_checkpoint(run_path / "last.pt", agent, meta(global_step, float("nan")))
             last_checkpoint = time.time()
 
-    if bar is not None:
-        bar.close()
+    bar.close()
     save_checkpoint(run_path / "last.pt", agent, meta(global_step, float("nan")))
     summary.update(
         {
