@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
@@ -43,8 +43,8 @@ from app.ui.settings import UISettings, get_ui_settings
 PACKAGE_DIR = Path(__file__).resolve().parent
 STATIC_DIR = PACKAGE_DIR / "static"
 STATIC_FILES = frozenset({"dashboard.css"})
-MAX_CLUSTERS = 200
-MAX_NODES = 500
+#: the paged tables of a cluster's page (query parameter names of their cursors)
+CLUSTER_TABLES = ("nodes", "queue", "running", "decisions")
 BAD_KEY = "That key is not valid."
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -56,6 +56,7 @@ def templates() -> Jinja2Templates:
     env.env.filters["ts"] = views.format_time
     env.env.filters["amount"] = views.format_amount
     env.env.filters["resources"] = views.format_resources
+    env.env.filters["about"] = views.policy_about
     return env
 
 
@@ -149,14 +150,19 @@ async def overview(request: Request, ui: UISettingsDep) -> Response:
     entered = _enter(request)
     if isinstance(entered, Response):
         return entered
-    async with _database(request).transaction(write=False) as session:
-        ctx = Ctx(session=session, tenant=entered)
-        page = await cluster_service.list_clusters(ctx, limit=MAX_CLUSTERS, cursor=None)
-        shadows = [
-            await shadow_service.shadow_report(ctx, cluster.id)
-            for cluster in page.items
-            if cluster.shadow_policy
-        ]
+    query = dict(request.query_params)
+    cursor, _ = views.page_state(query, "clusters")
+    try:
+        async with _database(request).transaction(write=False) as session:
+            ctx = Ctx(session=session, tenant=entered)
+            page = await cluster_service.list_clusters(ctx, limit=ui.UI_ROWS, cursor=cursor)
+            shadows = [
+                await shadow_service.shadow_report(ctx, cluster.id)
+                for cluster in page.items
+                if cluster.shadow_policy
+            ]
+    except ServiceError as exc:
+        return _error(request, exc, entered)
     reports_dir = Path(ui.REPORTS_DIR)
     return _render(
         request,
@@ -164,7 +170,7 @@ async def overview(request: Request, ui: UISettingsDep) -> Response:
         {
             "tenant": entered,
             "clusters": [_cluster_view(c) for c in page.items],
-            "more_clusters": page.next_cursor is not None,
+            "clusters_pages": views.page_links("/ui", query, "clusters", page.next_cursor),
             "shadows": shadows,
             "policies": policy_service.list_policies(_decision_service(request), entered),
             "reports": views.report_files(reports_dir),
@@ -179,23 +185,34 @@ async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> 
     entered = _enter(request)
     if isinstance(entered, Response):
         return entered
+    query = dict(request.query_params)
+    cursors = {name: views.page_state(query, name)[0] for name in CLUSTER_TABLES}
     try:
         async with _database(request).transaction(write=False) as session:
             ctx = Ctx(session=session, tenant=entered)
             cluster = await cluster_service.get_cluster(ctx, cluster_id)
-            nodes = await node_service.list_nodes(ctx, cluster_id, limit=MAX_NODES, cursor=None)
+            nodes = await node_service.list_nodes(
+                ctx, cluster_id, limit=ui.UI_ROWS, cursor=cursors["nodes"]
+            )
             pending = await job_service.list_jobs(
-                ctx, cluster_id, state="pending", limit=ui.UI_ROWS, cursor=None
+                ctx, cluster_id, state="pending", limit=ui.UI_ROWS, cursor=cursors["queue"]
             )
             running = await job_service.list_jobs(
-                ctx, cluster_id, state="running", limit=ui.UI_ROWS, cursor=None
+                ctx, cluster_id, state="running", limit=ui.UI_ROWS, cursor=cursors["running"]
             )
             decisions = await decision_service.list_decisions(
-                ctx, cluster_id, limit=ui.UI_ROWS, cursor=None
+                ctx, cluster_id, limit=ui.UI_ROWS, cursor=cursors["decisions"]
             )
             shadow_report = await shadow_service.shadow_report(ctx, cluster_id)
     except ServiceError as exc:
         return _error(request, exc, entered)
+    path = f"/ui/clusters/{quote(cluster_id, safe='')}"
+    nexts = {
+        "nodes": nodes.next_cursor,
+        "queue": pending.next_cursor,
+        "running": running.next_cursor,
+        "decisions": decisions.next_cursor,
+    }
     return _render(
         request,
         "cluster.html",
@@ -206,13 +223,41 @@ async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> 
                 {"node": n, "usage": views.usage(n.capacity, n.allocated, cluster.resources)}
                 for n in nodes.items
             ],
-            "more_nodes": nodes.next_cursor is not None,
             "pending": pending.items,
             "running": running.items,
             "decisions": [_decision_row(d) for d in decisions.items],
+            "pages": {
+                name: views.page_links(path, query, name, nexts[name]) for name in CLUSTER_TABLES
+            },
             "shadow": views.shadow_agreement(decisions.items),
             "shadow_report": shadow_report,
             "rows": ui.UI_ROWS,
+        },
+    )
+
+
+@router.get("/decisions/{decision_id}", response_class=HTMLResponse)
+async def decision_page(request: Request, decision_id: str) -> Response:
+    """One decision: its input in brief, every pending job's outcome and reason, the policy,
+    the fallback and the shadow policy's choice."""
+    entered = _enter(request)
+    if isinstance(entered, Response):
+        return entered
+    try:
+        async with _database(request).transaction(write=False) as session:
+            decision = await decision_service.get_decision(
+                Ctx(session=session, tenant=entered), decision_id
+            )
+    except ServiceError as exc:
+        return _error(request, exc, entered)
+    return _render(
+        request,
+        "decision.html",
+        {
+            "tenant": entered,
+            "d": decision,
+            "brief": views.decision_brief(decision),
+            "jobs": views.job_outcomes(decision),
         },
     )
 

@@ -6,8 +6,11 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
 
-from app.schemas.decision import DecisionRead
+from app.schemas.decision import DecisionDetail, DecisionRead
+from app.schemas.policy import PolicyRead
 
 REPORT_SUFFIXES = frozenset({".png", ".svg", ".jpg", ".jpeg", ".gif", ".webp"})
 MAX_REPORT_FILES = 60
@@ -110,9 +113,10 @@ def safe_report_path(reports_dir: Path, relative: str) -> Path | None:
 
 
 def format_time(ts: float | None) -> str:
+    """ISO 8601 in UTC with its offset (``2026-01-01T00:00:00+00:00``); a dash for no time."""
     if ts is None:
         return "—"
-    return dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return dt.datetime.fromtimestamp(round(ts), tz=dt.UTC).isoformat()
 
 
 def format_amount(value: float) -> str:
@@ -121,3 +125,201 @@ def format_amount(value: float) -> str:
 
 def format_resources(resources: Mapping[str, float]) -> str:
     return ", ".join(f"{k} {format_amount(v)}" for k, v in resources.items()) or "—"
+
+
+# ---------------------------------------------------------------- paging
+
+#: the trail's marker for "the first page" (a cursor is never empty)
+FIRST_PAGE = "~"
+#: how many earlier pages a table remembers for its "previous" link
+MAX_TRAIL = 100
+
+
+@dataclass(frozen=True, slots=True)
+class PageLinks:
+    """Next/previous links of one table. The API's cursors only go forward, so each link carries
+    the trail of the cursors of the pages before it (``{name}_back``, comma-separated)."""
+
+    next_href: str | None
+    prev_href: str | None
+    number: int
+
+
+def page_state(query: Mapping[str, str], name: str) -> tuple[str | None, list[str]]:
+    """This table's cursor (None: the first page) and the trail of the earlier pages' cursors."""
+    cursor = query.get(name) or None
+    back = [c for c in query.get(f"{name}_back", "").split(",") if c][-MAX_TRAIL:]
+    return cursor, back
+
+
+def page_links(
+    path: str, query: Mapping[str, str], name: str, next_cursor: str | None
+) -> PageLinks:
+    """Links to the next and previous pages of table ``name``; other tables keep their page."""
+    cursor, back = page_state(query, name)
+    others = {k: v for k, v in query.items() if k not in (name, f"{name}_back") and k != "refresh"}
+
+    def href(target: str | None, trail: list[str]) -> str:
+        params = dict(others)
+        if target is not None:
+            params[name] = target
+        if trail:
+            params[f"{name}_back"] = ",".join(trail[-MAX_TRAIL:])
+        encoded = urlencode(params)
+        return f"{path}?{encoded}" if encoded else path
+
+    next_href = (
+        href(next_cursor, [*back, cursor or FIRST_PAGE]) if next_cursor is not None else None
+    )
+    prev_href: str | None = None
+    if cursor is not None:
+        previous = back[-1] if back else FIRST_PAGE
+        prev_href = href(None if previous == FIRST_PAGE else previous, back[:-1])
+    return PageLinks(next_href=next_href, prev_href=prev_href, number=len(back) + 1)
+
+
+# ---------------------------------------------------------------- policies
+
+
+def _trace_name(path: str) -> str:
+    name = path.rsplit("/", 1)[-1]
+    for suffix in (".gz", ".swf"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def policy_about(policy: PolicyRead) -> str:
+    """What a policy is: its description, or for a model a line drawn from its card (the site
+    note, how it was trained, on which traces, for which backfilling mode)."""
+    if policy.description:
+        return policy.description
+    card = policy.card or {}
+    parts: list[str] = []
+    mode = card.get("decision_mode")
+    if mode:
+        parts.append(f"learned {mode}ing policy" if mode == "rank" else f"learned policy ({mode})")
+    arch = card.get("architecture")
+    if isinstance(arch, Mapping) and arch.get("parameters"):
+        parts.append(f"{arch['parameters']} parameters")
+    training = card.get("training")
+    if isinstance(training, Mapping):
+        algorithm = str(training.get("algorithm", "")).split(" (", 1)[0].split(",", 1)[0]
+        traces = [
+            _trace_name(str(t.get("trace", "")))
+            for t in training.get("traces", [])
+            if isinstance(t, Mapping)
+        ]
+        trained = "trained"
+        if algorithm:
+            trained += f" by {algorithm}"
+        if traces:
+            trained += f" on {', '.join(traces)}"
+        if training.get("backfill"):
+            trained += f", backfill {training['backfill']}"
+        if training.get("semantics"):
+            trained += f", {training['semantics']} semantics"
+        parts.append(trained)
+    site = card.get("site")
+    if isinstance(site, Mapping) and site.get("note"):
+        parts.append(str(site["note"]))
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------- one decision
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """One pending job of a decision's input: what the decision did with it, and why."""
+
+    job_id: str
+    tasks: int
+    per_task: Mapping[str, float]
+    outcome: str  # started | reserved | not started | unschedulable
+    reason: str
+    shadow: str | None  # started | not started; None without a shadow policy
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionBrief:
+    """The input of a decision in brief."""
+
+    nodes: int
+    nodes_by_state: Mapping[str, int]
+    capacity: Mapping[str, float]
+    pending: int
+    running: int
+    finished: int
+
+
+def decision_brief(decision: DecisionDetail) -> DecisionBrief:
+    snapshot = decision.input
+    nodes = [n for n in snapshot.get("nodes", []) if isinstance(n, Mapping)]
+    by_state: dict[str, int] = {}
+    capacity: dict[str, float] = {}
+    for node in nodes:
+        state = str(node.get("state", "up"))
+        by_state[state] = by_state.get(state, 0) + 1
+        if state == "up":
+            for name, amount in dict(node.get("capacity", {})).items():
+                capacity[name] = capacity.get(name, 0.0) + float(amount)
+    return DecisionBrief(
+        nodes=len(nodes),
+        nodes_by_state=dict(sorted(by_state.items())),
+        capacity=capacity,
+        pending=len(snapshot.get("pending", [])),
+        running=len(snapshot.get("running", [])),
+        finished=len(snapshot.get("finished", [])),
+    )
+
+
+def _placements(placements: Iterable[Any]) -> str:
+    return ", ".join(
+        f"{p.node_id} ({p.tasks} task{'' if p.tasks == 1 else 's'})" for p in placements
+    )
+
+
+def job_outcomes(decision: DecisionDetail) -> list[JobOutcome]:
+    """Every pending job of the input, in the policy's order when the decision was explained."""
+    explain: Mapping[str, Any] = decision.explain or {}
+    started = {a.job_id: a for a in decision.allocations}
+    reserved = {r.job_id: r for r in decision.reservations}
+    not_started: Mapping[str, Any] = explain.get("not_started") or {}
+    unschedulable = set(explain.get("unschedulable") or [])
+    shadow = {a.job_id for a in decision.shadow.allocations} if decision.shadow else None
+    jobs = {str(j["id"]): j for j in decision.input.get("pending", []) if isinstance(j, Mapping)}
+    order = [j for j in explain.get("order") or [] if j in jobs]
+    order += [j for j in jobs if j not in set(order)]
+    rows: list[JobOutcome] = []
+    for job_id in order:
+        job = jobs[job_id]
+        if job_id in started:
+            outcome = "started"
+            reason = f"started on {_placements(started[job_id].placements)}"
+        elif job_id in unschedulable:
+            outcome, reason = "unschedulable", str(not_started.get(job_id, "can never run here"))
+        elif job_id in reserved:
+            outcome = "reserved"
+            reason = str(
+                not_started.get(job_id)
+                or f"reserved to start at {format_time(reserved[job_id].start_at)}"
+            )
+        else:
+            outcome = "not started"
+            reason = str(
+                not_started.get(job_id)
+                or 'no explanation stored (schedule with "explain": true for one)'
+            )
+        rows.append(
+            JobOutcome(
+                job_id=job_id,
+                tasks=int(job.get("tasks", 1)),
+                per_task=dict(job.get("per_task", {})),
+                outcome=outcome,
+                reason=reason,
+                shadow=None
+                if shadow is None
+                else ("started" if job_id in shadow else "not started"),
+            )
+        )
+    return rows
