@@ -30,3 +30,12 @@ async def list_decisions(
     return Page[DecisionRead](
         items=[decision_read(d) for d in page.items], next_cursor=page.next_cursor
     )
+
+
+async def recent_details(ctx: Ctx, cluster_id: str, *, limit: int) -> list[DecisionDetail]:
+    """The cluster's last ``limit`` decisions with their inputs, newest first."""
+    cluster = await require_cluster(ctx, cluster_id)
+    page = await DecisionRepository(ctx.session).page(
+        ctx.tenant, cluster.pk, after_pk=None, limit=limit
+    )
+    return [decision_detail(d) for d in page.items]

@@ -45,6 +45,8 @@ STATIC_DIR = PACKAGE_DIR / "static"
 STATIC_FILES = frozenset({"dashboard.css"})
 #: the paged tables of a cluster's page (query parameter names of their cursors)
 CLUSTER_TABLES = ("nodes", "queue", "running", "decisions")
+#: how many of the newest decisions the charts of a cluster's page draw
+CHART_DECISIONS = 100
 BAD_KEY = "That key is not valid."
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -204,8 +206,10 @@ async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> 
                 ctx, cluster_id, limit=ui.UI_ROWS, cursor=cursors["decisions"]
             )
             shadow_report = await shadow_service.shadow_report(ctx, cluster_id)
+            history = await decision_service.recent_details(ctx, cluster_id, limit=CHART_DECISIONS)
     except ServiceError as exc:
         return _error(request, exc, entered)
+    size = cluster.resources[0] if cluster.resources else "cpu"
     path = f"/ui/clusters/{quote(cluster_id, safe='')}"
     nexts = {
         "nodes": nodes.next_cursor,
@@ -232,6 +236,9 @@ async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> 
             "shadow": views.shadow_agreement(decisions.items),
             "shadow_report": shadow_report,
             "rows": ui.UI_ROWS,
+            "charts": views.log_charts(views.log_points(history, size)),
+            "chart_decisions": len(history),
+            "size_resource": size,
         },
     )
 

@@ -323,3 +323,93 @@ def job_outcomes(decision: DecisionDetail) -> list[JobOutcome]:
             )
         )
     return rows
+
+
+# ---------------------------------------------------------------- charts from the decision log
+
+
+@dataclass(frozen=True, slots=True)
+class LogPoint:
+    """One decision of the log as the charts plot it."""
+
+    at: float
+    queue: int
+    utilisation: float  # percent of the size resource allocated on up nodes, before the round
+    learned: bool  # made by a learned (ONNX) policy, not by a fallback
+
+
+def log_points(decisions: Sequence[DecisionDetail], resource: str) -> list[LogPoint]:
+    """Oldest first."""
+    points: list[LogPoint] = []
+    for d in sorted(decisions, key=lambda d: d.created_at):
+        capacity = allocated = 0.0
+        for node in d.input.get("nodes", []):
+            if isinstance(node, Mapping) and node.get("state", "up") == "up":
+                capacity += float(dict(node.get("capacity", {})).get(resource, 0.0))
+                allocated += float(dict(node.get("allocated", {})).get(resource, 0.0))
+        util = 100.0 * allocated / capacity if capacity > 0 else 0.0
+        learned = d.policy.kind == "onnx" and not d.fallback.used
+        points.append(LogPoint(d.created_at, d.queue_length, util, learned))
+    return points
+
+
+def _clock(ts: float) -> str:
+    return dt.datetime.fromtimestamp(round(ts), tz=dt.UTC).strftime("%H:%M:%S")
+
+
+def svg_chart(title: str, times: Sequence[float], values: Sequence[float], y_max: float,
+              unit: str = "") -> str:  # fmt: skip
+    """A small line chart as inline SVG; every text in it is built from numbers and ``title``
+    (a fixed label), so nothing needs escaping."""
+    width, height, left, right, top, bottom = 360, 130, 44, 10, 22, 24
+    plot_w, plot_h = width - left - right, height - top - bottom
+    y_top = y_max if y_max > 0 else 1.0
+    t0, t1 = (times[0], times[-1]) if times else (0.0, 1.0)
+    span = t1 - t0 if t1 > t0 else 1.0
+
+    def x(t: float) -> float:
+        return left + plot_w * ((t - t0) / span if len(times) > 1 else 0.5)
+
+    def y(v: float) -> float:
+        return top + plot_h * (1 - min(max(v / y_top, 0.0), 1.0))
+
+    path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in zip(times, values, strict=True))
+    dots = "".join(
+        f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="2"/>'
+        for t, v in zip(times, values, strict=True)
+    )
+    last = f"{values[-1]:.0f}{unit}" if values else "no decisions"
+    labels = (
+        f'<text x="{left}" y="14" class="t">{title}: {last}</text>'
+        f'<text x="{left - 4}" y="{top + 4}" text-anchor="end">{y_top:.0f}{unit}</text>'
+        f'<text x="{left - 4}" y="{top + plot_h}" text-anchor="end">0</text>'
+    )
+    if times:
+        labels += (
+            f'<text x="{left}" y="{height - 6}">{_clock(t0)}</text>'
+            f'<text x="{left + plot_w}" y="{height - 6}" text-anchor="end">{_clock(t1)} UTC</text>'
+        )
+    return (
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{title}">'
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="frame"/>'
+        f'<polyline points="{path}" class="line"/><g class="dots">{dots}</g>{labels}</svg>'
+    )
+
+
+def log_charts(points: Sequence[LogPoint], window: int = 10) -> list[str]:
+    """Queue length, utilisation and the share of the last ``window`` decisions made by the
+    learned policy, each over the decisions' times."""
+    times = [p.at for p in points]
+    queue = [float(p.queue) for p in points]
+    share = [
+        100.0
+        * sum(q.learned for q in points[max(0, i - window + 1) : i + 1])
+        / len(points[max(0, i - window + 1) : i + 1])
+        for i in range(len(points))
+    ]
+    return [
+        svg_chart("queue length", times, queue, max(queue, default=0.0)),
+        svg_chart("utilisation", times, [p.utilisation for p in points], 100.0, "%"),
+        svg_chart(f"learned policy (last {window})", times, share, 100.0, "%"),
+    ]

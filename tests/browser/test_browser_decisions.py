@@ -47,6 +47,9 @@ def test_tables_page_and_decisions_open_their_page(paged_server, page, artifacts
     assert len(first) == 2
     assert ISO_UTC.search(first[0])
     page.screenshot(path=str(artifacts / "ui-cluster-paged.png"), full_page=True)
+    charts = page.locator("[data-testid=charts] svg")
+    assert charts.count() == 3
+    assert "learned policy (last 10): 100%" in (charts.nth(2).text_content() or "")
 
     page.locator("[data-testid=pager-queue] a[rel=next]").click()
     page.wait_for_selector("[data-testid=pager-queue] a[rel=prev]")
@@ -92,3 +95,30 @@ def test_models_say_what_they_are(paged_server, page, artifacts):
     assert "KTH-SP2" in about["hpc-kernel-kth-sp2"]
     assert all(text.strip() for text in about.values()), about
     table.screenshot(path=str(artifacts / "ui-policies.png"))
+
+
+def test_charts_drawn_from_the_decision_log(paged_server, page, artifacts):
+    cid = f"ch-{uuid.uuid4().hex[:8]}"
+    with httpx.Client(base_url=paged_server.url, timeout=60) as c:
+        body = {"resources": ["cpu"], "policy": "hpc-kernel"}
+        assert c.put(f"/v1/clusters/{cid}", json=body).status_code == 201
+        nodes = [{"id": "n1", "capacity": {"cpu": 16}}]
+        assert c.put(f"/v1/clusters/{cid}/nodes", json={"nodes": nodes}).status_code == 200
+        running: list[str] = []
+        for i in range(8):
+            for k in range(i % 3 + 1):
+                job = {"id": f"j{i}-{k}", "per_task": {"cpu": 4 + 2 * k}, "walltime_s": 600}
+                assert c.post(f"/v1/clusters/{cid}/jobs", json=job).status_code == 201
+            decision = c.post(f"/v1/clusters/{cid}/schedule", json={}).json()
+            running += [a["job_id"] for a in decision["allocations"]]
+            if running and i % 2:
+                done = running.pop(0)
+                r = c.post(f"/v1/clusters/{cid}/jobs/{done}/events", json={"type": "finished"})
+                assert r.status_code == 200, r.text
+    page.goto(f"{paged_server.url}/ui/clusters/{cid}")
+    charts = page.locator("[data-testid=charts] svg")
+    charts.first.wait_for()
+    assert charts.count() == 3
+    for i in range(3):
+        assert charts.nth(i).locator("circle").count() == 8  # one dot per decision
+    page.locator("[data-testid=charts]").screenshot(path=str(artifacts / "ui-charts.png"))

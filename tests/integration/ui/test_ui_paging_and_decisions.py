@@ -188,3 +188,24 @@ async def test_models_say_what_they_are(ui: httpx.AsyncClient) -> None:
     assert about["hpc-kernel-kth-sp2"].startswith("learned ranking policy")
     assert "KTH-SP2" in about["hpc-kernel-kth-sp2"]
     assert all(text.strip() for text in about.values()), about
+
+
+async def test_charts_of_queue_utilisation_and_learned_share(ui: httpx.AsyncClient) -> None:
+    await _cluster(ui, "c1", jobs=3)
+    for _ in range(2):
+        assert (await ui.post("/v1/clusters/c1/schedule", json={})).status_code == 200
+    page = (await ui.get("/ui/clusters/c1")).text
+    charts = page.split('data-testid="charts">', 1)[1].split("</div>", 1)[0]
+    svgs = re.findall(r"<svg .*?</svg>", charts)
+    assert [re.search(r'aria-label="([^"]+)"', s).group(1) for s in svgs] == [  # type: ignore[union-attr]
+        "queue length",
+        "utilisation",
+        "learned policy (last 10)",
+    ]
+    for svg in svgs:
+        (points,) = re.findall(r'<polyline points="([^"]*)"', svg)
+        assert len(points.split()) == 2  # one point per decision
+    assert "queue length: 2<" in svgs[0]  # 3 jobs, one started by the first round
+    assert "utilisation: 62%<" in svgs[1]  # 5 of n1's 8 cpu before the second round
+    assert "learned policy (last 10): 100%<" in svgs[2]
+    assert "http://" not in charts.replace("http://www.w3.org/2000/svg", "")
