@@ -136,6 +136,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         generate_unique_id_function=operation_id,
+        # a path with a trailing slash is a JSON 404 naming the path without it, not an empty 307
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.metrics = metrics

@@ -12,7 +12,7 @@ usable: 503 ``backend_unavailable`` with ``Retry-After`` when the database canno
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.db.engine import backend_unavailable
-from app.schemas.common import ErrorResponse
+from app.schemas.common import PATTERN_WORDS, ErrorResponse
 from app.services.errors import BackendUnavailableError, ServiceError
 
 logger = logging.getLogger(__name__)
@@ -107,37 +107,109 @@ async def _service_error(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, exc.code, exc.message, details, headers)
 
 
-async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+def _position(doc: object, pos: object) -> str:
+    """``line L, column C`` of character offset ``pos`` in ``doc`` (both 1-based)."""
+    if isinstance(doc, bytes):
+        doc = doc.decode("utf-8", "replace")
+    if not isinstance(doc, str) or not isinstance(pos, int) or isinstance(pos, bool):
+        return "an unknown position"
+    pos = max(0, min(pos, len(doc)))
+    line = doc.count("\n", 0, pos) + 1
+    column = pos - (doc.rfind("\n", 0, pos) + 1) + 1
+    return f"line {line}, column {column}"
+
+
+def _is_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+#: Pydantic's error types for "this is not an object" (model and dict fields).
+_NOT_AN_OBJECT = frozenset({"model_attributes_type", "dict_type", "model_type"})
+#: Pydantic's error types for a value of the wrong JSON type, with what the field wants.
+_WANTS = {
+    "float_type": "a JSON number",
+    "int_type": "a JSON integer",
+    "int_from_float": "a JSON integer",
+    "bool_type": "true or false",
+    "string_type": "a JSON string",
+    "list_type": "a JSON array",
+}
+
+
+def _message(error: Mapping[str, Any], content_type: str | None) -> str:
+    """The message of one validation error: the problem and what is accepted instead."""
+    kind = error.get("type")
+    loc = tuple(error.get("loc", ()))
+    ctx = error.get("ctx") or {}
+    if kind in _NOT_AN_OBJECT and loc == ("body",):
+        if not _is_json(content_type):
+            sent = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+            return (
+                f"the request body must be a JSON object sent with Content-Type: "
+                f"application/json (this request had {sent})"
+            )
+        return "the request body must be a JSON object"
+    if kind == "missing" and loc == ("body",):
+        return "a request body is required: a JSON object sent with Content-Type: application/json"
+    if kind == "string_pattern_mismatch":
+        words = PATTERN_WORDS.get(str(ctx.get("pattern", "")))
+        if words is not None:
+            return f"must be {words}"
+    if kind in _WANTS:
+        got = type(error.get("input")).__name__
+        shown = {
+            "str": "a string",
+            "NoneType": "null",
+            "bool": "a boolean",
+            "dict": "an object",
+            "list": "an array",
+            "float": "a fractional number",
+            "int": "an integer",
+        }
+        return f"must be {_WANTS[str(kind)]}, not {shown.get(got, got)}"
+    return str(error.get("msg", ""))
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = list(exc.errors())
-    if any(e.get("type") == "json_invalid" for e in errors):
-        ctx = errors[0].get("ctx") or {}
+    invalid = next((e for e in errors if e.get("type") == "json_invalid"), None)
+    if invalid is not None:
+        ctx = invalid.get("ctx") or {}
+        loc = tuple(invalid.get("loc", ()))
+        where = _position(exc.body, loc[1] if len(loc) > 1 else None)
+        reason = str(ctx.get("error", "invalid JSON"))
         return error_response(
             400,
             "malformed_json",
-            "the request body is not valid JSON",
-            [
-                {
-                    "field": "body",
-                    "message": str(ctx.get("error", "invalid JSON")),
-                    "type": "json_invalid",
-                }
-            ],
+            f"the request body is not valid JSON: {reason} at {where}",
+            [{"field": "body", "message": f"{reason} at {where}", "type": "json_invalid"}],
         )
+    content_type = request.headers.get("content-type")
     details = [
-        {"field": _loc(e.get("loc", ())), "message": str(e.get("msg", "")), "type": e.get("type")}
+        {
+            "field": _loc(e.get("loc", ())),
+            "message": _message(e, content_type),
+            "type": e.get("type"),
+        }
         for e in errors
     ]
     fields = ", ".join(d["field"] for d in details[:5])
     return error_response(422, "validation_error", f"invalid request: {fields}", details)
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
     if exc.status_code == 404 and message == "Not Found":
+        path = request.url.path
         message = "no such route"
+        if len(path) > 1 and path.endswith("/"):
+            message = f"no such route: paths have no trailing slash; use {path.rstrip('/') or '/'}"
     headers = dict(exc.headers) if exc.headers else None
     return error_response(exc.status_code, code, message, headers=headers)
 

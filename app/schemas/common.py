@@ -18,6 +18,19 @@ RESOURCE_PATTERN = r"^[A-Za-z][A-Za-z0-9_.\-/]{0,63}$"
 #: Label keys follow Kubernetes' ``prefix/name`` shape loosely.
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,252}$"
 
+#: What each pattern allows, in words, for error messages.
+PATTERN_WORDS: dict[str, str] = {
+    ID_PATTERN: (
+        "1-128 characters: letters, digits and '_', '.', ':', '-', starting with a letter or digit"
+    ),
+    RESOURCE_PATTERN: (
+        "1-64 characters: letters, digits and '_', '.', '-', '/', starting with a letter"
+    ),
+    LABEL_KEY_PATTERN: (
+        "1-253 characters: letters, digits and '_', '.', '-', '/', starting with a letter or digit"
+    ),
+}
+
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 ResourceName = Annotated[str, StringConstraints(pattern=RESOURCE_PATTERN)]
 LabelKey = Annotated[str, StringConstraints(pattern=LABEL_KEY_PATTERN)]
@@ -32,14 +45,16 @@ CLOSED_MAP: dict[str, Any] = {"additionalProperties": False}
 Labels = Annotated[dict[LabelKey, LabelValue], Field(json_schema_extra=CLOSED_MAP)]
 
 
+#: The numbers of request bodies are strict: a JSON number, never a string such as ``"60"``
+#: (a float field takes an integer too). Query parameters do not use these types: they arrive
+#: as strings and are parsed.
 #: A finite, non-negative amount of one resource.
 #: Bounded so sums over a cluster stay finite.
-Amount = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False)]
-#: Seconds since the Unix epoch.
+Amount = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False, strict=True)]
 #: Seconds since the Unix epoch (bounded: start + walltime must stay a finite JSON number).
-EpochSeconds = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False)]
+EpochSeconds = Annotated[float, Field(ge=0, le=1e11, allow_inf_nan=False, strict=True)]
 #: A requested run time: positive, at most ~317 years.
-Duration = Annotated[float, Field(gt=0, le=1e10, allow_inf_nan=False)]
+Duration = Annotated[float, Field(gt=0, le=1e10, allow_inf_nan=False, strict=True)]
 Resources = Annotated[dict[ResourceName, Amount], Field(json_schema_extra=CLOSED_MAP)]
 
 

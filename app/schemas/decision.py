@@ -19,7 +19,7 @@ from app.schemas.common import (
 )
 from app.schemas.job import JobSpec, TaskCount
 
-DeadlineMs = Annotated[float, Field(gt=0, le=60_000, allow_inf_nan=False)]
+DeadlineMs = Annotated[float, Field(gt=0, le=60_000, allow_inf_nan=False, strict=True)]
 
 
 class ScheduleRequest(Schema):

@@ -24,7 +24,7 @@ JobEventType = Literal["finished", "failed", "released", "cancelled"]
 MAX_BATCH_JOBS = 10_000
 #: Tasks of one job, and of one placement of it.
 MAX_TASKS = 1_000_000
-TaskCount = Annotated[int, Field(ge=1, le=MAX_TASKS)]
+TaskCount = Annotated[int, Field(ge=1, le=MAX_TASKS, strict=True)]
 
 JOB_EXAMPLE: JsonDict = {
     "id": "train-42",
@@ -45,7 +45,7 @@ class JobSpec(Schema):
     per_task: NonZeroResources
     walltime_s: Duration
     submit_time: EpochSeconds | None = None
-    priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] = 0
+    priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1, strict=True)] = 0
     user: ShortText | None = None
     queue: ShortText | None = None
     depends_on: Annotated[list[Id], Field(max_length=1024)] = Field(default_factory=list)
@@ -74,6 +74,14 @@ class PlacementRead(ReadSchema):
     tasks: int
 
 
+class JobWarning(ReadSchema):
+    """Why an accepted job cannot run on the cluster's current nodes."""
+
+    code: Literal["no_nodes", "task_exceeds_every_node", "gang_exceeds_cluster"]
+    message: str
+    field: str | None = Field(description="The job's field: `per_task.<resource>` or `tasks`.")
+
+
 class JobRead(ReadSchema):
     id: str
     cluster_id: str
@@ -91,6 +99,14 @@ class JobRead(ReadSchema):
     start_time: float | None
     end_time: float | None
     decision_id: str | None
+    warnings: list[JobWarning] = Field(
+        default_factory=list,
+        description=(
+            "For a pending job: why it cannot run on any of the cluster's current nodes, in any "
+            "state (a task larger than every node, a gang larger than all nodes together, no "
+            "nodes). The job is kept and waits for nodes to be added."
+        ),
+    )
 
 
 class JobBatchRead(ReadSchema):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from app.domain.types import (
 )
 from app.schemas.cluster import ClusterRead, NodeRead
 from app.schemas.decision import DecisionDetail, DecisionRead
-from app.schemas.job import JobRead, JobSpec
+from app.schemas.job import JobRead, JobSpec, JobWarning
 
 
 def epoch(ts: datetime) -> float:
@@ -122,7 +122,7 @@ def running_from_record(record: JobRecord) -> RunningJob:
     )
 
 
-def job_read(record: JobRecord, cluster_id: str) -> JobRead:
+def job_read(record: JobRecord, cluster_id: str, warnings: Sequence[JobWarning] = ()) -> JobRead:
     s = record.spec
     return JobRead.model_validate(
         {
@@ -142,6 +142,7 @@ def job_read(record: JobRecord, cluster_id: str) -> JobRead:
             "start_time": record.start_time,
             "end_time": record.end_time,
             "decision_id": record.decision_id,
+            "warnings": list(warnings),
         }
     )
 

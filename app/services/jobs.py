@@ -6,7 +6,7 @@ cancelled while a round is allocating it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -31,6 +31,7 @@ from app.services.convert import (
 )
 from app.services.dependencies import cycle_error, find_cycle, unknown_dependencies
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError, not_found
+from app.services.fit import FitLimits
 from app.services.paging import cursor_arg
 
 #: event type -> states it may be applied to -> resulting state
@@ -66,17 +67,49 @@ def _check_specs(cluster: ClusterRecord, specs: Sequence[JobSpec], prefix: str) 
         raise UnprocessableError("the job spec is invalid", details=problems)
 
 
+def _differences(
+    sent: Mapping[str, Any], other: Mapping[str, Any], where: str, whose: str
+) -> list[ErrorItem]:
+    """One item per top-level field whose value in ``sent`` differs from ``other``'s. A
+    ``submit_time`` left out of ``sent`` is compared by the hash only (the stored spec holds the
+    time it was filled with), so it is named when nothing else differs."""
+    items = [
+        ErrorItem(f"{where}.{key}", f"differs from {whose}: {other.get(key)!r}", "differs")
+        for key, value in sent.items()
+        if other.get(key) != value and not (key == "submit_time" and value is None)
+    ]
+    return items or [
+        ErrorItem(f"{where}.submit_time", f"differs from {whose}: left out here", "differs")
+    ]
+
+
+def _conflict(job_id: str, problem: str, where: str, differences: list[ErrorItem]) -> ConflictError:
+    """409 ``job_conflict``: the first detail is on the id, one more per differing field."""
+    names = ", ".join(d.field.rsplit(".", 1)[-1] for d in differences if d.field is not None)
+    return ConflictError(
+        f"job {job_id!r} {problem}; these fields differ: {names}. Resubmit the same spec, "
+        "or use a new id for another job",
+        code="job_conflict",
+        details=[ErrorItem(f"{where}.id", f"{problem} (fields differ: {names})"), *differences],
+    )
+
+
 def _check_same_specs(
-    found: Mapping[str, JobRecord], first: Mapping[str, int], hashes: Sequence[str], prefix: str
+    found: Mapping[str, JobRecord],
+    first: Mapping[str, int],
+    hashes: Sequence[str],
+    specs: Sequence[JobSpec],
+    prefix: str,
 ) -> None:
-    """409 unless every stored job of ``found`` has the spec its id is submitted with."""
+    """409 unless every stored job of ``found`` has the spec its id is submitted with; the
+    details name each field that differs."""
     for job_id, i in first.items():
         old = found.get(job_id)
         if old is not None and old.spec_hash != hashes[i]:
-            raise ConflictError(
-                f"job {job_id!r} already exists with a different spec",
-                code="job_conflict",
-                details=[ErrorItem(prefix.format(i=i) + ".id", "exists with another spec")],
+            sent = specs[i].model_dump(mode="json")
+            differences = _differences(sent, old.spec, prefix.format(i=i), "the stored job")
+            raise _conflict(
+                job_id, "already exists with a different spec", prefix.format(i=i), differences
             )
 
 
@@ -131,14 +164,16 @@ async def submit_jobs(
     for i, spec in enumerate(specs):
         j = first.setdefault(spec.id, i)
         if j != i and hashes[j] != hashes[i]:
-            raise ConflictError(
-                f"job {spec.id!r} appears twice with different specs",
-                code="job_conflict",
-                details=[ErrorItem(prefix.format(i=i) + ".id", "repeated with another spec")],
+            sent = spec.model_dump(mode="json")
+            earlier = specs[j].model_dump(mode="json")
+            whose = f"the same id at {prefix.format(i=j)}"
+            differences = _differences(sent, earlier, prefix.format(i=i), whose)
+            raise _conflict(
+                spec.id, "appears twice with different specs", prefix.format(i=i), differences
             )
     repo = JobRepository(ctx.session)
     existing = await repo.get_many(cluster.pk, list(first))
-    _check_same_specs(existing, first, hashes, prefix)
+    _check_same_specs(existing, first, hashes, specs, prefix)
     await _check_dependencies(repo, cluster, specs, first, existing, prefix)
     now = epoch_now()
     rows: list[dict[str, Any]] = []
@@ -166,14 +201,17 @@ async def submit_jobs(
         ) from None
     stored = await repo.get_many(cluster.pk, [r["id"] for r in rows])
     # the ids another request created between our read and our insert: the same rule applies
-    _check_same_specs({k: v for k, v in stored.items() if k not in created}, first, hashes, prefix)
+    _check_same_specs(
+        {k: v for k, v in stored.items() if k not in created}, first, hashes, specs, prefix
+    )
     by_id = {**existing, **stored}
     if len(by_id) < len(first):  # a cluster deleted meanwhile takes its jobs with it
         raise ConflictError(
             f"cluster {cluster.id!r} changed while these jobs were submitted; retry",
             code="concurrent_submission",
         )
-    return [job_read(by_id[s.id], cluster.id) for s in specs], bool(created)
+    limits = await _limits(ctx, cluster, by_id.values())
+    return [_read(by_id[s.id], cluster.id, limits) for s in specs], bool(created)
 
 
 async def submit_job(ctx: Ctx, cluster_id: str, spec: JobSpec) -> tuple[JobRead, bool]:
@@ -186,7 +224,7 @@ async def get_job(ctx: Ctx, cluster_id: str, job_id: str) -> JobRead:
     record = await JobRepository(ctx.session).get(cluster.pk, job_id)
     if record is None:
         raise not_found("job", job_id)
-    return job_read(record, cluster.id)
+    return _read(record, cluster.id, await _limits(ctx, cluster, [record]))
 
 
 async def list_jobs(
@@ -196,9 +234,26 @@ async def list_jobs(
     page = await JobRepository(ctx.session).page(
         cluster.pk, state=state, after_pk=cursor_arg(cursor), limit=limit
     )
+    limits = await _limits(ctx, cluster, page.items)
     return Page[JobRead](
-        items=[job_read(j, cluster.id) for j in page.items], next_cursor=page.next_cursor
+        items=[_read(j, cluster.id, limits) for j in page.items], next_cursor=page.next_cursor
     )
+
+
+async def _limits(ctx: Ctx, cluster: ClusterRecord, jobs: Iterable[JobRecord]) -> FitLimits | None:
+    """The cluster's fit limits when one of ``jobs`` is pending (only pending jobs are warned
+    about); one query over the nodes per request."""
+    if not any(j.state == JobState.PENDING for j in jobs):
+        return None
+    return FitLimits.of(await NodeRepository(ctx.session).capacities(cluster.pk))
+
+
+def _read(record: JobRecord, cluster_id: str, limits: FitLimits | None) -> JobRead:
+    if limits is None or record.state != JobState.PENDING:
+        return job_read(record, cluster_id)
+    spec = record.spec
+    warnings = limits.warnings(spec["per_task"], int(spec.get("tasks", 1)))
+    return job_read(record, cluster_id, warnings)
 
 
 async def _release_nodes(ctx: Ctx, cluster: ClusterRecord, job: JobRecord) -> None:

@@ -31,6 +31,11 @@ class NodeRepository:
         stmt = select(NodeRecord).where(NodeRecord.cluster_pk == cluster_pk).order_by(NodeRecord.pk)
         return list((await self.session.execute(stmt)).scalars())
 
+    async def capacities(self, cluster_pk: int) -> list[dict[str, float]]:
+        """The capacity of every node of the cluster, in any state (no ORM objects)."""
+        stmt = select(NodeRecord.capacity).where(NodeRecord.cluster_pk == cluster_pk)
+        return [dict(c) for c in (await self.session.execute(stmt)).scalars()]
+
     async def add_all(self, records: Sequence[NodeRecord]) -> None:
         self.session.add_all(records)
         await self.session.flush()

@@ -11,7 +11,7 @@ from kairos_client.types.decision import (
     Reservation,
     Shadow,
 )
-from kairos_client.types.job import Job, JobEventType, JobState
+from kairos_client.types.job import Job, JobEventType, JobState, JobWarning
 from kairos_client.types.node import Node
 from kairos_client.types.params import (
     JobSpecParam,
@@ -35,6 +35,7 @@ __all__ = [
     "JobEventType",
     "JobSpecParam",
     "JobState",
+    "JobWarning",
     "Node",
     "NodeParam",
     "Placement",

@@ -11,6 +11,18 @@ JobState: TypeAlias = Literal["pending", "running", "finished", "failed", "cance
 JobEventType: TypeAlias = Literal["finished", "failed", "released", "cancelled"]
 
 
+class JobWarning(BaseModel):
+    """Why an accepted job cannot run on the cluster's current nodes (it waits for nodes).
+
+    ``code``: ``no_nodes``, ``task_exceeds_every_node`` or ``gang_exceeds_cluster``;
+    ``field``: the job's field (``per_task.<resource>`` or ``tasks``).
+    """
+
+    code: str
+    message: str
+    field: str | None = None
+
+
 class Job(BaseModel):
     """A gang job: ``tasks`` identical tasks that start together, each needing ``per_task``."""
 
@@ -31,3 +43,5 @@ class Job(BaseModel):
     end_time: float | None = None
     decision_id: str | None = None
     """The decision that started the job (``None`` while pending)."""
+    warnings: list[JobWarning] = Field(default_factory=list[JobWarning])
+    """For a pending job: why it cannot run on any of the cluster's current nodes."""
