@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from app.domain import decision as new_decision
-from app.domain import encoding as new_encoding
-from app.domain.heuristics import HEURISTICS
-from app.domain.types import (
+from app.domains.hpc import decision as new_decision
+from app.domains.hpc import encoding as new_encoding
+from app.domains.hpc.heuristics import HEURISTICS
+from app.domains.hpc.types import (
     SINGLE_NODE_LABEL,
     ClusterState,
     Decision,

@@ -94,7 +94,7 @@ def no_decision_app() -> Any:
     from collections.abc import Sequence
 
     import app.batching.pipeline as pipeline
-    from app.domain.types import Decision, PolicyRef
+    from app.domains.hpc.types import Decision, PolicyRef
     from app.main import create_app
     from app.policy.selector import DecisionOutcome, DecisionRequest
 

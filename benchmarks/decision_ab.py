@@ -1,4 +1,5 @@
-"""A/B of one core decision: the working tree's ``app.domain.decision`` against a git revision's,
+"""A/B of one core decision: the working tree's ``app.domains.hpc.decision`` against a git
+revision's,
 interleaved in one process.
 
 Usage: ``python -m benchmarks.decision_ab [REV] [--rounds N]`` (REV defaults to ``HEAD``).
@@ -25,9 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.domain import decision as current
-from app.domain.encoding import encode_batch, rank_rows
-from app.domain.types import ClusterState, Decision
+from app.domains.hpc import decision as current
+from app.domains.hpc.encoding import encode_batch, rank_rows
+from app.domains.hpc.types import ClusterState, Decision
 from app.policy.onnx_policy import OnnxPolicy, RuntimeOptions
 from app.policy.registry import PolicyRegistry
 from app.policy.selector import resolve
@@ -37,9 +38,9 @@ from benchmarks.decide import ROOT, model_dir, snapshot
 
 
 def module_at(rev: str) -> types.ModuleType:
-    """``app/domain/decision.py`` as it was at ``rev``, loaded as a module of its own."""
+    """``app/domains/hpc/decision.py`` as it was at ``rev``, loaded as a module of its own."""
     source = subprocess.run(
-        ["git", "show", f"{rev}:app/domain/decision.py"],
+        ["git", "show", f"{rev}:app/domains/hpc/decision.py"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -48,7 +49,7 @@ def module_at(rev: str) -> types.ModuleType:
     name = "benchmarks._decision_at_rev"
     module = types.ModuleType(name)
     sys.modules[name] = module  # dataclasses look their module up
-    exec(compile(source, f"{rev}:app/domain/decision.py", "exec"), module.__dict__)
+    exec(compile(source, f"{rev}:app/domains/hpc/decision.py", "exec"), module.__dict__)
     return module
 
 

@@ -2,14 +2,17 @@
 
 Usage: ``python -m benchmarks.simulate [--kth PATH] [--repeat N] [--quick]``
 
-* rlscheduler semantics (``sim.rlscheduler``) on Lublin-1 (the 10 x 1024-job sequences of the
+* rlscheduler semantics (``app.domains.hpc.rlscheduler``) on Lublin-1 (the 10 x 1024-job sequences
+of the
   published tables) and on the whole KTH-SP2 trace (one sequence of every usable job), against
   (a) ``sim.rlscheduler_reference``, a straightforward list-sorting implementation of the same
   semantics measured in this run, and (b) RLScheduler's published speeds on this kind of machine
   (SJF 85k jobs/s without / 47k with backfilling, F1 16k / 29k; environment 4.1k steps/s);
-* kairos semantics: ``sim.kairos`` (every decision through ``app.domain.decision.decide``) and
+* kairos semantics: ``app.domains.hpc.simulate`` (every decision through
+``app.domains.hpc.decision.decide``) and
   ``sim.kairos_fast`` (its node-count twin for heuristics, tested equal);
-* ``sim.env.SchedulingEnv`` steps/s (the service's decision step + the shared encoder), and
+* ``app.domains.hpc.env.SchedulingEnv`` steps/s (the service's decision step + the shared encoder),
+and
   ``sim.vecenv.VectorSchedulingEnv`` (the same steps on node counts, batched).
 
 Rates use process CPU time (the development machines are shared); wall time is printed too.
@@ -25,16 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
-from app.domain.decision import DecisionConfig
-from app.domain.heuristics import ScoreHeuristic, get_heuristic
-from app.domain.policy import OrderingPolicy
-from app.domain.types import Backfill
-from sim.env import SchedulingEnv
-from sim.kairos import simulate_kairos
+from app.domains.hpc.decision import DecisionConfig
+from app.domains.hpc.env import SchedulingEnv
+from app.domains.hpc.heuristics import ScoreHeuristic, get_heuristic
+from app.domains.hpc.policy import OrderingPolicy
+from app.domains.hpc.rlscheduler import sample_starts, simulate_sequence
+from app.domains.hpc.simulate import simulate_kairos
+from app.domains.hpc.swf import SwfTrace, load_swf
+from app.domains.hpc.types import Backfill
 from sim.kairos_fast import simulate_kairos_fast
-from sim.rlscheduler import sample_starts, simulate_sequence
 from sim.rlscheduler_reference import reference_simulate
-from sim.traces.swf import SwfTrace, load_swf
 from sim.vecenv import VectorSchedulingEnv
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,8 @@ dispatcher package (which may import both), provides that loader:
   models installed with the package are read beneath it unless ``KAIROS_SHIPPED_MODELS`` is
   false (ADR 0089);
 * the result is the service's :class:`~app.policy.onnx_policy.OnnxPolicy`, a ``SteppingPolicy``
-  that ``sim.kairos`` drives through ``app.domain.decision`` (the service's decision code and
+  that ``app.domains.hpc.simulate`` drives through ``app.domains.hpc.decision`` (the service's
+  decision code and
   feature encoder), with the service's runtime options (threads, ``MAX_CANDIDATES``);
 * a model that exists but is refused is an error naming the reason, not "unknown policy".
 

@@ -10,9 +10,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.domain.types import Backfill
+from app.domains.hpc.swf import SwfFormatError
+from app.domains.hpc.types import Backfill
 from sim.evaluate import EvalSpec, UnknownPolicyError, evaluate, write_json
-from sim.traces.swf import SwfFormatError
 
 COMMAND = "evaluate"
 

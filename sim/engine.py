@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from app.domain.decision import DecisionConfig
-from app.domain.heuristics import ScoreHeuristic, get_heuristic
-from app.domain.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
-from app.domain.types import Backfill
-from sim.kairos import simulate_kairos
+from app.domains.hpc.decision import DecisionConfig
+from app.domains.hpc.heuristics import ScoreHeuristic, get_heuristic
+from app.domains.hpc.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
+from app.domains.hpc.ranking import ScoringRanker
+from app.domains.hpc.rlscheduler import RlsPolicy, SequenceResult, simulate_sequence
+from app.domains.hpc.simulate import simulate_kairos
+from app.domains.hpc.swf import SwfTrace
+from app.domains.hpc.types import Backfill
 from sim.kairos_fast import simulate_kairos_fast
-from sim.ranking import ScoringRanker
-from sim.rlscheduler import RlsPolicy, SequenceResult, simulate_sequence
-from sim.traces.swf import SwfTrace
 
 Semantics = Literal["kairos", "rlscheduler"]
 
@@ -31,9 +31,10 @@ def run_sequence(
 
     ``semantics="rlscheduler"`` takes an RLScheduler heuristic name (:class:`RlsPolicy`) or a
     ranking policy (it picks each job in RLScheduler's simulator);
-    ``"kairos"`` takes a heuristic name of :mod:`app.domain.heuristics` or a policy object
+    ``"kairos"`` takes a heuristic name of :mod:`app.domains.hpc.heuristics` or a policy object
     (e.g. an ONNX policy) and drives the service's decision core, on a pooled machine (decisions
-    equal the per-node machine's, see :mod:`sim.kairos`).  With ``fast`` (default), queue-order
+    equal the per-node machine's, see :mod:`app.domains.hpc.simulate`).  With ``fast`` (default),
+    queue-order
     heuristics and ranking ONNX policies run on :mod:`sim.kairos_fast`, the node-count twin of
     the core that is tested to start every job at the same time; ``fast=False`` calls
     ``decide()`` at every decision point.

@@ -5,8 +5,9 @@ legacy seeding from ``seed`` (``randint(length, jobs - length - 1)``, or ``slice
 every policy runs on the identical sequences from an empty cluster, and a row reports the mean
 over sequences of the per-sequence averages.
 
-Policy names are heuristics (``app.domain.heuristics`` under ``kairos`` semantics, RLScheduler's
-score functions under ``rlscheduler`` semantics) or, under ``kairos`` semantics, learned policies
+Policy names are heuristics (``app.domains.hpc.heuristics`` under ``kairos`` semantics,
+RLScheduler's score functions under ``rlscheduler`` semantics) or, under ``kairos`` semantics,
+learned policies
 resolved by a **policy loader**: :func:`register_policy_loader` (called by whoever may import
 ``app.policy``, which this package must not), or an entry point in the group
 ``kairos.policy_loaders`` naming a ``Callable[[str], SteppingPolicy | OrderingPolicy | None]``.
@@ -25,12 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from app.domain.errors import UnknownHeuristicError
-from app.domain.heuristics import HEURISTIC_CLASSES, get_heuristic
-from app.domain.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
-from app.domain.types import Backfill
-from sim.engine import Semantics, run_sequence
-from sim.metrics import (
+from app.domains.hpc.heuristics import HEURISTIC_CLASSES, get_heuristic
+from app.domains.hpc.metrics import (
     avg_bounded_slowdown,
     avg_wait,
     max_wait,
@@ -38,10 +35,14 @@ from sim.metrics import (
     utilization_makespan,
     utilization_rlscheduler,
 )
+from app.domains.hpc.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
+from app.domains.hpc.ranking import ScoringRanker
+from app.domains.hpc.rlscheduler import RlsPolicy, SequenceResult, sample_starts
+from app.domains.hpc.swf import SwfTrace, load_swf
+from app.domains.hpc.types import Backfill
+from app.kernel.errors import UnknownHeuristicError
+from sim.engine import Semantics, run_sequence
 from sim.progress import Progress
-from sim.ranking import ScoringRanker
-from sim.rlscheduler import RlsPolicy, SequenceResult, sample_starts
-from sim.traces.swf import SwfTrace, load_swf
 
 PolicyLoader = Callable[[str], OrderingPolicy | RankingPolicy | SteppingPolicy | None]
 LOADER_ENTRY_POINT_GROUP = "kairos.policy_loaders"

@@ -1,7 +1,7 @@
-"""Fast twin of :mod:`sim.kairos` for queue-order heuristics on trace machines.
+"""Fast twin of :mod:`app.domains.hpc.simulate` for queue-order heuristics on trace machines.
 
 On a machine of identical nodes with whole-node jobs (every SWF trace, A.2), one round of
-:meth:`app.domain.decision.DecisionRun.run_order` reduces to node counts:
+:meth:`app.domains.hpc.decision.DecisionRun.run_order` reduces to node counts:
 
 * walk the heuristic's order (``ScoreHeuristic.order``: score, submit time, id);
 * HEAD: start the job if it fits the free nodes, else reserve it: its shadow time is the first
@@ -14,11 +14,13 @@ On a machine of identical nodes with whole-node jobs (every SWF trace, A.2), one
 
 Ranking policies (a learned scorer used as an order, ADR 0065) run here too: at each decision
 point the twin encodes the queue exactly as the core's first view would be encoded
-(:func:`sim.ranking.head_features`: HEAD phase, no reservation, every pending job a candidate),
+(:func:`app.domains.hpc.ranking.head_features`: HEAD phase, no reservation, every pending job a
+candidate),
 asks the policy's ``score`` once, and walks ``rank_rows`` of the logits.
 
 ``tests/unit/sim/test_kairos_fast.py`` checks start times equal to
-:class:`sim.kairos.KairosSimulator` (the real core) on random traces for every heuristic, for
+:class:`app.domains.hpc.simulate.KairosSimulator` (the real core) on random traces for every
+heuristic, for
 ranking ONNX policies and both backfilling modes, so this twin is what the service would do, much
 faster.  Stepping (ONNX) policies always go through the core.
 """
@@ -31,14 +33,14 @@ from bisect import bisect_left, insort
 
 import numpy as np
 
-from app.domain.encoding import rank_rows
-from app.domain.heuristics import ScoreHeuristic
-from app.domain.heuristics.base import finite_key
-from app.domain.types import Backfill, Job
-from sim.kairos import Workload, workload_from_trace
-from sim.ranking import HeadEncoder, ScoringRanker
-from sim.rlscheduler import SequenceResult
-from sim.traces.swf import SwfTrace
+from app.domains.hpc.encoding import rank_rows
+from app.domains.hpc.heuristics import ScoreHeuristic
+from app.domains.hpc.heuristics.base import finite_key
+from app.domains.hpc.ranking import HeadEncoder, ScoringRanker
+from app.domains.hpc.rlscheduler import SequenceResult
+from app.domains.hpc.simulate import Workload, workload_from_trace
+from app.domains.hpc.swf import SwfTrace
+from app.domains.hpc.types import Backfill, Job
 
 _Key = tuple[float, float, str]
 

@@ -3,7 +3,8 @@
 Written from the semantics of spec A.2-A.7 the way RLScheduler itself works: job objects, a queue
 list re-sorted in place (stable sort) at every decision and before every backfill scan, a
 running list re-sorted before every event, per-job score functions called inside the sort.
-It is slow on purpose: it checks :mod:`sim.rlscheduler` (same start times on random traces) and
+It is slow on purpose: it checks :mod:`app.domains.hpc.rlscheduler` (same start times on random
+traces) and
 is the baseline measured by ``benchmarks/simulate.py``.
 """
 
@@ -14,9 +15,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sim.ranking import Picker, ScoringRanker, rls_picker
-from sim.rlscheduler import RlsPolicy
-from sim.traces.swf import SwfTrace
+from app.domains.hpc.ranking import Picker, ScoringRanker, rls_picker
+from app.domains.hpc.rlscheduler import RlsPolicy
+from app.domains.hpc.swf import SwfTrace
 
 
 class _Job:

@@ -1,4 +1,5 @@
-"""Batched training environment: many :class:`~sim.env.SchedulingEnv` episodes stepped at once.
+"""Batched training environment: many :class:`~app.domains.hpc.env.SchedulingEnv` episodes stepped
+at once.
 
 :class:`SchedulingEnv` drives the service's generic decision core (any nodes, any resources,
 placement strategies) and the generic encoder: exact, but about 0.5 ms per step.  Training on a
@@ -10,8 +11,9 @@ the observations of all environments with one vectorised pass:
 * decision points, candidates (FCFS order), masks, the HEAD/BACKFILL phases, the reservation
   (shadow time from running jobs' requested ends, grouped by equal end, ``max(t, now)``), the
   backfill rule (``now + walltime <= shadow`` or enough nodes left at the shadow time), the
-  terminal reward: as :class:`app.domain.decision.DecisionRun` / :class:`sim.env.SchedulingEnv`;
-* observations: the features of :mod:`app.domain.encoding` (same formulas, same float64
+  terminal reward: as :class:`app.domains.hpc.decision.DecisionRun` /
+  :class:`app.domains.hpc.env.SchedulingEnv`;
+* observations: the features of :mod:`app.domains.hpc.encoding` (same formulas, same float64
   arithmetic, same candidate window).
 
 ``tests/unit/sim/test_vecenv.py`` checks both claims step by step against
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.domain.encoding import (
+from app.domains.hpc.encoding import (
     DEFAULT_MAX_CANDIDATES,
     EPS,
     NUM_FEATURES,
@@ -43,9 +45,9 @@ from app.domain.encoding import (
     WAIT_SCALE_S,
     WALLTIME_SCALE_S,
 )
-from app.domain.types import Backfill
-from sim.env import RewardKind
-from sim.traces.swf import SwfTrace
+from app.domains.hpc.env import RewardKind
+from app.domains.hpc.swf import SwfTrace
+from app.domains.hpc.types import Backfill
 
 IntVec = npt.NDArray[np.int64]
 FloatVec = npt.NDArray[np.float64]

@@ -42,17 +42,17 @@ import numpy.typing as npt
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES, LogitsArray
-from app.domain.heuristics import get_heuristic
-from app.domain.policy import StepView
-from app.domain.types import Backfill, PolicyRef
+from app.domains.hpc.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES, LogitsArray
+from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.metrics import avg_bounded_slowdown
+from app.domains.hpc.policy import StepView
+from app.domains.hpc.rlscheduler import simulate_sequence
+from app.domains.hpc.simulate import workload_from_trace
+from app.domains.hpc.swf import SwfTrace, load_swf
+from app.domains.hpc.types import Backfill, PolicyRef
 from app.policy.onnx_policy import describe_signature
-from sim.kairos import workload_from_trace
 from sim.kairos_fast import simulate_workload_fast
-from sim.metrics import avg_bounded_slowdown
 from sim.progress import Progress
-from sim.rlscheduler import simulate_sequence
-from sim.traces.swf import SwfTrace, load_swf
 from training.ppo import complement, evaluation_windows, merge_ranges, training_starts
 
 FloatArray = npt.NDArray[np.float32]
@@ -74,7 +74,7 @@ class EsArgs:
     """backfilling of the simulated cluster (train one model per mode)"""
     semantics: Literal["kairos", "rlscheduler"] = "kairos"
     """simulator: the service's decision code (``sim.kairos_fast``, the default) or RLScheduler's
-    (``sim.rlscheduler``: the model picks each job there, for the paper's comparison)"""
+    (``app.domains.hpc.rlscheduler``: the model picks each job there, for the paper's comparison)"""
     episode_length: int = 1024
     """jobs per training window (the evaluation protocol's length)"""
     eval_seed: int = 1

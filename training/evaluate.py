@@ -8,7 +8,8 @@ greedily (arg-max over the unmasked rows), so results are deterministic.
 
 Semantics are Kairos's.  By default the sequences run in the training twin
 (``training/hpc_env.py``, tested step by step against the service's ``DecisionRun``); ``--service``
-runs them through ``sim.kairos`` (the service's ``decide()``) with the service's validating
+runs them through ``app.domains.hpc.simulate`` (the service's ``decide()``) with the service's
+validating
 ``OnnxPolicy`` loader instead: the same numbers (tested), about five times slower.
 
     python -m training.evaluate --model models/hpc-kernel/1 \\
@@ -82,12 +83,13 @@ def run_protocol(
 def run_protocol_service(
     trace_path: str, starts: Sequence[int], length: int, policy: Any, *, backfill: bool
 ) -> list[float]:
-    """Per-sequence average bsld through ``sim.kairos`` (the service's ``decide()``)."""
-    from app.domain.decision import DecisionConfig
-    from app.domain.types import Backfill
-    from sim.kairos import simulate_kairos
-    from sim.metrics import avg_bounded_slowdown
-    from sim.traces.swf import load_swf
+    """Per-sequence average bsld through ``app.domains.hpc.simulate`` (the service's
+    ``decide()``)."""
+    from app.domains.hpc.decision import DecisionConfig
+    from app.domains.hpc.metrics import avg_bounded_slowdown
+    from app.domains.hpc.simulate import simulate_kairos
+    from app.domains.hpc.swf import load_swf
+    from app.domains.hpc.types import Backfill
 
     trace = load_swf(trace_path)
     config = DecisionConfig(backfill=Backfill.EASY if backfill else Backfill.NONE)
@@ -100,13 +102,13 @@ def run_protocol_service(
 
 
 def service_policy(name: str, model_dir: Path | None = None) -> Any:
-    """A heuristic of ``app.domain.heuristics`` or, with ``model_dir``, the service's
+    """A heuristic of ``app.domains.hpc.heuristics`` or, with ``model_dir``, the service's
     ``OnnxPolicy`` loaded (and validated) from it."""
     if model_dir is not None:
         from app.policy.onnx_policy import OnnxPolicy
 
         return OnnxPolicy.load(model_dir)
-    from app.domain.heuristics import get_heuristic
+    from app.domains.hpc.heuristics import get_heuristic
 
     return get_heuristic(name)
 
@@ -122,7 +124,8 @@ def evaluate(
     service_policies: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows per (trace, backfill, policy).  ``pickers`` run in the twin; ``service_policies``
-    (name -> heuristic or OnnxPolicy) instead run through ``sim.kairos``, the service's code."""
+    (name -> heuristic or OnnxPolicy) instead run through ``app.domains.hpc.simulate``, the
+    service's code."""
     rows: list[dict[str, Any]] = []
     engines: dict[str, tuple[str, Any]] = {n: ("twin", p) for n, p in pickers.items()}
     engines.update({n: ("service", p) for n, p in (service_policies or {}).items()})
@@ -144,7 +147,7 @@ def evaluate(
                         "semantics": "kairos",
                         "engine": "training/hpc_env.py"
                         if engine == "twin"
-                        else "sim.kairos (app.domain.decision.decide)",
+                        else "app.domains.hpc.simulate (app.domains.hpc.decision.decide)",
                         "sequences": sequences,
                         "length": length,
                         "seed": seed,
@@ -192,7 +195,8 @@ class EvalArgs:
     json: str | None = None
     """write the rows here"""
     service: bool = False
-    """run through ``sim.kairos`` and the service's ``OnnxPolicy`` (slower) instead of the twin"""
+    """run through ``app.domains.hpc.simulate`` and the service's ``OnnxPolicy`` (slower) instead
+    of the twin"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,7 @@ The graph is written node by node with the ``onnx`` helper API rather than throu
 every candidate row, so the graph is small, deterministic (same weights -> same bytes) and does not
 depend on the TorchScript exporter that torch 2.x deprecates (docs/adr/0061-onnx-export.md).
 
-Contract (``spec/house-style.md`` §9, ``app/domain/encoding.py``)::
+Contract (``spec/house-style.md`` §9, ``app/domains/hpc/encoding.py``)::
 
     obs          float32[B, N, F]   B and N dynamic, F = encoding.NUM_FEATURES
     action_mask  bool[B, N]
@@ -31,7 +31,7 @@ import torch
 import tyro
 from onnx import TensorProto, helper, numpy_helper
 
-from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES
+from app.domains.hpc.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES
 from training.ppo import MASKED_LOGIT, Agent, load_checkpoint
 
 OPSET = 17
@@ -200,7 +200,9 @@ def export_policy(
             services = {h: service_policy(h) for h in HEURISTIC_NAMES}
             services[name] = service_policy(name, out)
             rows = evaluate(evaluate_traces, {}, service_policies=services)
-            engine = "sim.kairos with the service's decide() and OnnxPolicy (--service)"
+            engine = (
+                "app.domains.hpc.simulate with the service's decide() and OnnxPolicy (--service)"
+            )
         else:
             pickers = {h: heuristic_picker(h) for h in HEURISTIC_NAMES}
             pickers[name] = onnx_picker(onnx_path)
@@ -235,7 +237,7 @@ class ExportArgs:
     evaluate: tuple[str, ...] = ()
     """traces on which to evaluate the exported policy (paper's protocol) for the card"""
     service: bool = False
-    """evaluate through sim.kairos and the service's OnnxPolicy instead of the twin"""
+    """evaluate through app.domains.hpc.simulate and the service's OnnxPolicy instead of the twin"""
     card_extra: str | None = None
     """optional JSON file whose keys are merged into the card"""
 

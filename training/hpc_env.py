@@ -1,12 +1,14 @@
 """A fast, array-based twin of the Kairos decision loop for PPO on single-resource HPC traces.
 
 Why a twin: training needs millions of decisions, and the general decision core
-(``app.domain.decision.DecisionRun``: per-node placement, any resource vector) costs milliseconds
+(``app.domains.hpc.decision.DecisionRun``: per-node placement, any resource vector) costs
+milliseconds
 per step on a 256-node cluster.  On a homogeneous one-resource cluster (the Lublin traces: one
 processor per node) placement is a count of free processors, so a round of Kairos semantics can be
 simulated with a few numpy operations.  docs/adr/0060-training-environment.md records the choice.
 
-Semantics (Kairos's, ``app/domain/decision.py``; tested step by step against ``DecisionRun`` and
+Semantics (Kairos's, ``app/domains/hpc/decision.py``; tested step by step
+against ``DecisionRun`` and
 ``encode_view`` in ``tests/unit/training/test_hpc_env.py``):
 
 * Events (arrivals, completions at ``start + run_time``) are processed one time at a time; after
@@ -20,9 +22,10 @@ Semantics (Kairos's, ``app/domain/decision.py``; tested step by step against ``D
   The round ends when no job may.
 * The episode ends when the last job of the sequence has started; the cluster starts empty.
 * A HEAD phase in which no queued job fits ends the round at once (all it could do is reserve,
-  and the next round recomputes the reservation): like ``sim.kairos``, which skips such rounds.
+  and the next round recomputes the reservation): like ``app.domains.hpc.simulate``, which skips
+  such rounds.
 
-Observation rows are exactly ``app.domain.encoding.encode_view`` of the corresponding
+Observation rows are exactly ``app.domains.hpc.encoding.encode_view`` of the corresponding
 ``StepView`` (same features, same candidate window), and the action is a row index.  Decisions
 with a single pickable row are applied automatically (``auto_forced``): they carry no choice.
 
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from app.domain import encoding as enc
+from app.domains.hpc import encoding as enc
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -69,7 +72,7 @@ class JobTable:
 
     @classmethod
     def from_swf(cls, path: str) -> JobTable:
-        from sim.traces.swf import load_swf
+        from app.domains.hpc.swf import load_swf
 
         trace = load_swf(path)
         return cls(
@@ -83,7 +86,7 @@ class JobTable:
 
 
 # ------------------------------------------------------------------------------------------------
-# heuristic scores (lower first; ties by submit then index), as app.domain.heuristics
+# heuristic scores (lower first; ties by submit then index), as app.domains.hpc.heuristics
 # ------------------------------------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """PPO for the HPC "kernel" scheduling policy, in the single-file style of cleanrl.
 
 The policy is RLScheduler's kernel network (hpc-reproduction.md A.8) on Kairos's feature encoder
-(``app/domain/encoding.py``): one small MLP scores every visible candidate row, masked rows get
+(``app/domains/hpc/encoding.py``): one small MLP scores every visible candidate row, masked rows get
 ``MASKED_LOGIT``, and a softmax over the rows is the action distribution.  The value network embeds
 every real row with its own MLP and pools them (masked mean and max) before a dense head.
 
@@ -46,7 +46,7 @@ import torch
 import tyro
 from torch import nn
 
-from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES
+from app.domains.hpc.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES
 from sim.progress import Progress
 from training.hpc_env import HpcEpisode, JobTable, run_sequence
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from app.domain.encoding import NUM_FEATURES
+from app.domains.hpc.encoding import NUM_FEATURES
 from training.es import (
     HEURISTICS,
     EsArgs,

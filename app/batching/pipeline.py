@@ -28,7 +28,7 @@ from typing import Literal
 
 from app.batching.batcher import BatchControl, BatcherClosedError, MicroBatcher
 from app.batching.redis_transport import QueueUnavailableError, RedisQueue, StreamKeys
-from app.domain.heuristics import HEURISTIC_CLASSES
+from app.domains.hpc.heuristics import HEURISTIC_CLASSES
 from app.policy.onnx_policy import RuntimeOptions
 from app.policy.registry import PACKAGED_MODELS, PolicyRegistry, split_name, watching
 from app.policy.selector import (

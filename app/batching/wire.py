@@ -14,123 +14,27 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from app import jsonio
-from app.domain.decision import DecisionConfig
-from app.domain.types import (
-    Allocation,
+from app.domains.hpc.codec import (
+    CodecError,
+    decision_from_json,
+    decision_to_json,
+    state_from_json,
+    state_to_json,
+)
+from app.domains.hpc.codec import (
+    int_from_json as _int,
+)
+from app.domains.hpc.decision import DecisionConfig
+from app.domains.hpc.types import (
     Backfill,
-    ClusterState,
-    Decision,
-    Job,
-    Node,
-    NodeState,
-    Placement,
     PlacementStrategy,
-    PolicyRef,
-    Reservation,
-    RunningJob,
 )
 from app.policy.selector import DecisionOutcome, DecisionRequest, FallbackReason, ShadowOutcome
 
 WIRE_VERSION: Final = 1
 
-
-class WireError(ValueError):
-    """A message that cannot be decoded."""
-
-
-#: Integers of a message (task counts, priorities, sizes) lie strictly within +-2**63.
-_INT_BOUND: Final = 2**63
-
-
-def _int(value: Any) -> int:
-    """A JSON integer of a message, within :data:`_INT_BOUND` (a string, a float or a bool is
-    refused: arithmetic on an unbounded count could overflow a float downstream)."""
-    if type(value) is not int or not -_INT_BOUND < value < _INT_BOUND:
-        raise WireError(f"not a 64-bit integer: {value!r:.40}")
-    return value
-
-
-def _job(job: Job) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "per_task": dict(job.per_task),
-        "walltime_s": job.walltime_s,
-        "submit_time": job.submit_time,
-        "tasks": job.tasks,
-        "priority": job.priority,
-        "user": job.user,
-        "queue": job.queue,
-        "depends_on": list(job.depends_on),
-        "labels": dict(job.labels),
-    }
-
-
-def _job_from(raw: Mapping[str, Any]) -> Job:
-    # JSON object keys are always strings; values are converted (a foreign type fails here)
-    return Job(
-        str(raw["id"]),
-        {k: float(v) for k, v in raw["per_task"].items()},
-        float(raw["walltime_s"]),
-        float(raw["submit_time"]),
-        _int(raw["tasks"]),
-        _int(raw["priority"]),
-        raw.get("user"),
-        raw.get("queue"),
-        tuple(map(str, raw.get("depends_on", ()))),
-        {k: str(v) for k, v in raw.get("labels", {}).items()},
-    )
-
-
-def _placements(placements: tuple[Placement, ...]) -> list[list[Any]]:
-    return [[p.node_id, p.tasks] for p in placements]
-
-
-def _placements_from(raw: list[list[Any]]) -> tuple[Placement, ...]:
-    return tuple(Placement(str(n), _int(t)) for n, t in raw)
-
-
-def state_to_json(state: ClusterState) -> dict[str, Any]:
-    return {
-        "now": state.now,
-        "nodes": [
-            {
-                "id": n.id,
-                "capacity": dict(n.capacity),
-                "allocated": dict(n.allocated),
-                "state": n.state.value,
-                "labels": dict(n.labels),
-            }
-            for n in state.nodes
-        ],
-        "running": [
-            {"job": _job(r.job), "placements": _placements(r.placements), "start": r.start_time}
-            for r in state.running
-        ],
-        "pending": [_job(j) for j in state.pending],
-        "finished": sorted(state.finished),
-    }
-
-
-def state_from_json(raw: Mapping[str, Any]) -> ClusterState:
-    return ClusterState(
-        now=float(raw["now"]),
-        nodes=tuple(
-            Node(
-                id=str(n["id"]),
-                capacity={k: float(v) for k, v in n["capacity"].items()},
-                allocated={k: float(v) for k, v in n["allocated"].items()},
-                state=NodeState(n["state"]),
-                labels={k: str(v) for k, v in n.get("labels", {}).items()},
-            )
-            for n in raw["nodes"]
-        ),
-        running=tuple(
-            RunningJob(_job_from(r["job"]), _placements_from(r["placements"]), float(r["start"]))
-            for r in raw["running"]
-        ),
-        pending=tuple(_job_from(j) for j in raw["pending"]),
-        finished=frozenset(str(f) for f in raw["finished"]),
-    )
+#: a message that cannot be decoded
+WireError = CodecError
 
 
 Convert = Callable[[float], float]
@@ -198,27 +102,6 @@ def _deadline(raw: Mapping[str, Any], from_redis: Convert | None) -> float | Non
     if from_redis is not None and raw.get("deadline_redis") is not None:
         return from_redis(float(raw["deadline_redis"]))
     return None if raw.get("deadline") is None else float(raw["deadline"])
-
-
-def decision_to_json(decision: Decision) -> dict[str, Any]:
-    return {
-        "allocations": [[a.job_id, _placements(a.placements)] for a in decision.allocations],
-        "reservations": [[r.job_id, r.start_at] for r in decision.reservations],
-        "queue_length": decision.queue_length,
-        "policy": [decision.policy.name, decision.policy.version, decision.policy.kind],
-        "explain": dict(decision.explain),
-    }
-
-
-def decision_from_json(raw: Mapping[str, Any]) -> Decision:
-    name, version, kind = raw["policy"]
-    return Decision(
-        allocations=tuple(Allocation(str(j), _placements_from(p)) for j, p in raw["allocations"]),
-        reservations=tuple(Reservation(str(j), float(t)) for j, t in raw["reservations"]),
-        queue_length=_int(raw["queue_length"]),
-        policy=PolicyRef(str(name), str(version), str(kind)),
-        explain=dict(raw.get("explain") or {}),
-    )
 
 
 def outcome_to_json(outcome: DecisionOutcome, *, batch_size: int, leader: bool) -> bytes:

@@ -38,7 +38,7 @@ from sqlalchemy.exc import IntegrityError
 from app.db.engine import backend_unavailable, sqlite_file_twin
 from app.db.orm import DecisionRecord
 from app.db.session import Database
-from app.domain.clock import utc_now
+from app.kernel.clock import utc_now
 
 logger = logging.getLogger(__name__)
 

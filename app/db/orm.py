@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base
-from app.domain.clock import utc_now
+from app.kernel.clock import utc_now
 
 TENANT_LEN = 64
 ID_LEN = 128

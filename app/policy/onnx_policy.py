@@ -7,7 +7,7 @@ A model lives in ``<models_dir>/<name>/<version>/`` as ``policy.onnx`` plus ``ca
 * ``card.json`` parses and names ``domain``, ``feature_schema_version``, ``inputs``, ``outputs``,
   ``training``, ``seeds`` and ``metrics``, and its ``feature_schema_version`` (and the ONNX
   ``metadata_props["feature_schema_version"]`` when present) equals
-  :data:`app.domain.encoding.FEATURE_SCHEMA_VERSION`;
+  :data:`app.domains.hpc.encoding.FEATURE_SCHEMA_VERSION`;
 * onnxruntime creates a session with exactly the requested providers (``CPUExecutionProvider``
   unless configured: older onnxruntime silently fell back to other providers, so we verify);
 * the graph's inputs are exactly ``obs: float32[B, N, F]`` and ``action_mask: bool[B, N]`` with
@@ -37,7 +37,7 @@ from typing import Any, Final
 import numpy as np
 import onnxruntime as ort
 
-from app.domain.encoding import (
+from app.domains.hpc.encoding import (
     DEFAULT_MAX_CANDIDATES,
     FEATURE_SCHEMA_VERSION,
     NUM_FEATURES,
@@ -48,8 +48,8 @@ from app.domain.encoding import (
     masked_argmax,
     rank_rows,
 )
-from app.domain.policy import StepView
-from app.domain.types import PolicyRef
+from app.domains.hpc.policy import StepView
+from app.domains.hpc.types import PolicyRef
 
 MODEL_FILE: Final = "policy.onnx"
 CARD_FILE: Final = "card.json"
@@ -442,11 +442,13 @@ class OnnxPolicy:
 
 
 class OnnxRankingPolicy(OnnxPolicy):
-    """A model whose card says ``decision_mode: rank``: a :class:`~app.domain.policy.RankingPolicy`.
+    """A model whose card says ``decision_mode: rank``: a
+    :class:`~app.domains.hpc.policy.RankingPolicy`.
 
     It scores every candidate of the decision's first view once (no candidate window: the whole
     eligible queue), and the decision walks the candidates by descending logit, ties in FCFS order
-    (:func:`~app.domain.encoding.rank_rows`).  One inference per decision instead of one per step.
+    (:func:`~app.domains.hpc.encoding.rank_rows`).  One inference per decision instead of one per
+    step.
     """
 
     def rank(self, view: StepView) -> list[int]:

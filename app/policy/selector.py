@@ -31,8 +31,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from app.domain.decision import DecisionConfig, DecisionRun, decide
-from app.domain.encoding import (
+from app.domains.hpc.decision import DecisionConfig, DecisionRun, decide
+from app.domains.hpc.encoding import (
     EncodedBatch,
     LogitsArray,
     MaskArray,
@@ -40,10 +40,10 @@ from app.domain.encoding import (
     masked_argmax,
     rank_rows,
 )
-from app.domain.errors import DomainError, UnknownHeuristicError
-from app.domain.heuristics import get_heuristic
-from app.domain.policy import OrderingPolicy
-from app.domain.types import ClusterState, Decision
+from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.policy import OrderingPolicy
+from app.domains.hpc.types import ClusterState, Decision
+from app.kernel.errors import DomainError, UnknownHeuristicError
 from app.policy.onnx_policy import (
     InferenceFailure,
     OnnxPolicy,

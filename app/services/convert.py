@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.db.orm import ClusterRecord, DecisionRecord, JobRecord, NodeRecord
-from app.domain.types import (
+from app.domains.hpc.types import (
     Job,
     JobState,
     Node,

@@ -3,7 +3,7 @@
 :class:`DecisionService` owns *how* a decision is computed: which policy a name resolves to, where
 the computation runs (a worker thread now; the pipeline's micro-batcher / Redis workers later),
 the deadline, and the fallback chain. Callers hand it a snapshot and a :class:`DecisionSpec` and
-get a :class:`DecisionOutcome`; they never call ``app.domain.decision.decide`` themselves.
+get a :class:`DecisionOutcome`; they never call ``app.domains.hpc.decision.decide`` themselves.
 
 Fallback reasons (``DecisionOutcome.fallback_reason``) are machine-readable
 :class:`FallbackReason` values. The fallback is always a heuristic, run without a deadline; its
@@ -25,17 +25,15 @@ import anyio
 import anyio.to_thread
 
 from app.batching.pipeline import DecisionPipeline
-from app.domain.decision import DecisionConfig, decide, validate_snapshot
-from app.domain.errors import DomainError, UnknownHeuristicError
-from app.domain.heuristics import (
+from app.domains.hpc.decision import DecisionConfig, decide, validate_snapshot
+from app.domains.hpc.heuristics import (
     HEURISTIC_CLASSES,
     HEURISTIC_DESCRIPTIONS,
     HEURISTIC_VERSION,
     get_heuristic,
 )
-from app.domain.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
-from app.domain.resources import FIT_EPS
-from app.domain.types import (
+from app.domains.hpc.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
+from app.domains.hpc.types import (
     Allocation,
     Backfill,
     ClusterState,
@@ -44,6 +42,8 @@ from app.domain.types import (
     PlacementStrategy,
     PolicyRef,
 )
+from app.kernel.errors import DomainError, UnknownHeuristicError
+from app.kernel.resources import FIT_EPS
 from app.policy.registry import (
     OWNER_SEP,
     ModelEntry,

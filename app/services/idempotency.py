@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from app.db.orm import IdempotencyKeyRecord
 from app.db.repositories.idempotency_repository import IN_PROGRESS, IdempotencyRepository
 from app.db.session import Database
-from app.domain.clock import utc_now
+from app.kernel.clock import utc_now
 
 #: Statuses never stored: a retry must run again (auth fixed, rate limit passed, server error).
 NOT_STORED = frozenset({401, 429})

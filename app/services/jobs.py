@@ -14,8 +14,8 @@ from sqlalchemy.exc import IntegrityError
 from app.db.orm import ClusterRecord, JobEventRecord, JobRecord
 from app.db.repositories.job_repository import JobRepository
 from app.db.repositories.node_repository import NodeRepository
-from app.domain.clock import epoch_now
-from app.domain.types import JobState
+from app.domains.hpc.types import JobState
+from app.kernel.clock import epoch_now
 from app.schemas.common import Page
 from app.schemas.job import JobEventCreate, JobRead, JobSpec
 from app.services.amounts import all_zero, zero_amount_error

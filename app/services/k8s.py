@@ -27,8 +27,8 @@ from typing import Any
 from app.db.orm import ClusterRecord, JobRecord, NodeRecord
 from app.db.repositories.job_repository import JobRepository
 from app.db.repositories.node_repository import NodeRepository
-from app.domain.clock import epoch_now
-from app.domain.types import JobState, NodeState
+from app.domains.hpc.types import JobState, NodeState
+from app.kernel.clock import epoch_now
 from app.schemas.common import ID_PATTERN
 from app.schemas.k8s import (
     Container,

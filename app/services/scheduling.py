@@ -31,9 +31,7 @@ from app.db.orm import ClusterRecord, DecisionRecord, JobRecord, NodeRecord
 from app.db.repositories.decision_repository import DecisionRepository
 from app.db.repositories.job_repository import JobRepository
 from app.db.repositories.node_repository import NodeRepository
-from app.domain.clock import epoch_now, utc_now
-from app.domain.resources import FIT_EPS
-from app.domain.types import (
+from app.domains.hpc.types import (
     Backfill,
     ClusterState,
     Job,
@@ -44,6 +42,8 @@ from app.domain.types import (
     PlacementStrategy,
     RunningJob,
 )
+from app.kernel.clock import epoch_now, utc_now
+from app.kernel.resources import FIT_EPS
 from app.schemas.decision import DecideRequest, DecisionRead, ScheduleRequest
 from app.schemas.job import JobSpec
 from app.services.amounts import check_snapshot_amounts

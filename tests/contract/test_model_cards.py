@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from sim.rlscheduler import sample_starts
-from sim.traces.swf import load_swf
+from app.domains.hpc.rlscheduler import sample_starts
+from app.domains.hpc.swf import load_swf
 
 ROOT = Path(__file__).resolve().parents[2]
 CARDS = sorted((ROOT / "models").glob("*/*/card.json"))

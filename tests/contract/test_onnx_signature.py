@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from app.domain.decision import DecisionRun
-from app.domain.encoding import (
+from app.domains.hpc.decision import DecisionRun
+from app.domains.hpc.encoding import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     NUM_FEATURES,
     encode_batch,
 )
-from app.domain.types import ClusterState, Job, Node
+from app.domains.hpc.types import ClusterState, Job, Node
 from app.policy.onnx_policy import (
     LOGITS_OUTPUT,
     MASK_INPUT,

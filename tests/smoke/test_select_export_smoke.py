@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("tyro")
 
-from app.domain.encoding import NUM_FEATURES
+from app.domains.hpc.encoding import NUM_FEATURES
 from app.policy.onnx_policy import OnnxRankingPolicy
 from app.policy.registry import PolicyRegistry
 from training.es import NumpyRanker, Shapes, load_init_params, shrink_toward_sjf

@@ -15,15 +15,15 @@ import pytest
 
 pytest.importorskip("tyro")
 
-from app.domain.decision import DecisionConfig
-from app.domain.encoding import FEATURE_SCHEMA_VERSION
-from app.domain.types import Backfill, ClusterState, Job, Node
+from app.domains.hpc.decision import DecisionConfig
+from app.domains.hpc.encoding import FEATURE_SCHEMA_VERSION
+from app.domains.hpc.metrics import avg_bounded_slowdown
+from app.domains.hpc.swf import load_swf
+from app.domains.hpc.types import Backfill, ClusterState, Job, Node
 from app.policy.onnx_policy import OnnxRankingPolicy
 from app.policy.registry import PolicyRegistry
 from app.policy.selector import DecisionRequest, decide_many
 from sim.engine import run_sequence
-from sim.metrics import avg_bounded_slowdown
-from sim.traces.swf import load_swf
 from training.es import NumpyRanker, Shapes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("tyro")
 
-from app.domain.decision import DecisionConfig, DecisionRun, decide
-from app.domain.encoding import FEATURE_SCHEMA_VERSION, encode_view
-from app.domain.types import Backfill, ClusterState, Job, Node
+from app.domains.hpc.decision import DecisionConfig, DecisionRun, decide
+from app.domains.hpc.encoding import FEATURE_SCHEMA_VERSION, encode_view
+from app.domains.hpc.types import Backfill, ClusterState, Job, Node
 from app.policy.onnx_policy import OnnxPolicy
 
 ROOT = Path(__file__).resolve().parents[2]

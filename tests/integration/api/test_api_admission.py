@@ -21,7 +21,7 @@ from sqlalchemy import func, select, update
 from app.api.middleware import AnsweredKeys
 from app.db.orm import DecisionRecord, IdempotencyKeyRecord
 from app.db.session import Database
-from app.domain.clock import utc_now
+from app.kernel.clock import utc_now
 from app.main import create_app
 from app.schemas.decision import DECIDE_EXAMPLE
 from app.services import idempotency

@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 
 from app.db.orm import IdempotencyKeyRecord
 from app.db.session import Database
-from app.domain.clock import utc_now
+from app.kernel.clock import utc_now
 from app.main import create_app
 from app.services import idempotency
 from app.settings import Settings

@@ -203,7 +203,7 @@ class TestDecide:
 
 class TestPolicies:
     async def test_lists_every_heuristic(self, client: httpx.AsyncClient) -> None:
-        from app.domain.heuristics import HEURISTICS
+        from app.domains.hpc.heuristics import HEURISTICS
 
         policies = (await client.get("/v1/policies")).json()
         names = {p["name"] for p in policies if p["kind"] == "heuristic"}

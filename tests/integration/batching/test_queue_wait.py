@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 
 from app.batching.redis_transport import RedisQueue, StreamKeys
 from app.batching.wire import outcome_to_json
-from app.domain.types import ClusterState, Job, Node
+from app.domains.hpc.types import ClusterState, Job, Node
 from app.policy.selector import DecisionRequest, decide_many
 from tests.integration.batching.harness import RedisServer
 

@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.domain.decision import DecisionConfig
-from app.domain.heuristics import get_heuristic
-from app.domain.types import Backfill, ClusterState, Decision, Job, PlacementStrategy
+from app.domains.hpc.decision import DecisionConfig
+from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.simulate import KairosSimulator, workload_from_trace
+from app.domains.hpc.swf import load_swf
+from app.domains.hpc.types import Backfill, ClusterState, Decision, Job, PlacementStrategy
 from app.main import create_app
 from app.settings import Settings
-from sim.kairos import KairosSimulator, workload_from_trace
-from sim.traces.swf import load_swf
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 PER_CASE = 12

@@ -2,7 +2,8 @@
 
 A tiny kernel model (tests/fixtures/onnx_models.py) is written to a temporary models directory
 named by ``KAIROS_MODELS_DIR``; the ``kairos`` dispatcher registers its policy loader, so the
-simulator (kairos semantics) drives the service's ``OnnxPolicy`` through ``app.domain.decision``.
+simulator (kairos semantics) drives the service's ``OnnxPolicy``
+through ``app.domains.hpc.decision``.
 """
 
 from __future__ import annotations
@@ -13,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.decision import DecisionConfig
-from app.domain.types import Backfill, ClusterState, Decision
+from app.domains.hpc.decision import DecisionConfig
+from app.domains.hpc.metrics import avg_bounded_slowdown
+from app.domains.hpc.rlscheduler import sample_starts
+from app.domains.hpc.simulate import simulate_kairos
+from app.domains.hpc.swf import load_swf
+from app.domains.hpc.types import Backfill, ClusterState, Decision
 from app.policy.onnx_policy import OnnxPolicy
 from kairos.cli import main
 from kairos.policy_loader import load_policy
 from sim import evaluate as ev
-from sim.kairos import simulate_kairos
-from sim.metrics import avg_bounded_slowdown
-from sim.rlscheduler import sample_starts
-from sim.traces.swf import load_swf
 from tests.fixtures.onnx_models import card, kernel_model, write_model
 
 DATA = Path(__file__).resolve().parents[3] / "data"

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.domain.types import Backfill
+from app.domains.hpc.metrics import avg_bounded_slowdown
+from app.domains.hpc.rlscheduler import sample_starts
+from app.domains.hpc.swf import SwfTrace, load_swf
+from app.domains.hpc.types import Backfill
 from app.policy.onnx_policy import OnnxPolicy, OnnxRankingPolicy
 from app.settings import Settings
 from sim.engine import Semantics, run_sequence
-from sim.metrics import avg_bounded_slowdown
-from sim.rlscheduler import sample_starts
-from sim.traces.swf import SwfTrace, load_swf
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = ROOT / "models"

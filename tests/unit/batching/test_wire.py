@@ -15,9 +15,9 @@ from app.batching.wire import (
     request_to_json,
 )
 from app.cli import main as app_main
-from app.domain.decision import DecisionConfig, decide
-from app.domain.heuristics import get_heuristic
-from app.domain.types import (
+from app.domains.hpc.decision import DecisionConfig, decide
+from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.types import (
     Backfill,
     ClusterState,
     Job,

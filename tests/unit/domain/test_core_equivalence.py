@@ -15,11 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain import decision as new_decision
-from app.domain import encoding as new_encoding
-from app.domain.heuristics import HEURISTICS
-from app.domain.placement import place
-from app.domain.types import (
+from app.domains.hpc import decision as new_decision
+from app.domains.hpc import encoding as new_encoding
+from app.domains.hpc.heuristics import HEURISTICS
+from app.domains.hpc.types import (
     SINGLE_NODE_LABEL,
     ClusterState,
     Job,
@@ -29,6 +28,7 @@ from app.domain.types import (
     PolicyRef,
     RunningJob,
 )
+from app.kernel.placement import place
 from tests.unit.domain.reference import decision as ref_decision
 from tests.unit.domain.reference import encoding as ref_encoding
 from tests.unit.domain.test_decision_properties import configs, states

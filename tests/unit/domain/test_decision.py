@@ -3,7 +3,7 @@ from typing import ClassVar
 
 import pytest
 
-from app.domain.decision import (
+from app.domains.hpc.decision import (
     DecisionConfig,
     DecisionRun,
     apply_decision,
@@ -11,10 +11,9 @@ from app.domain.decision import (
     earliest_start,
     validate_snapshot,
 )
-from app.domain.errors import DecisionFinishedError, InvalidPickError, SnapshotError
-from app.domain.heuristics import HEURISTICS
-from app.domain.policy import Phase, StepView
-from app.domain.types import (
+from app.domains.hpc.heuristics import HEURISTICS
+from app.domains.hpc.policy import Phase, StepView
+from app.domains.hpc.types import (
     SINGLE_NODE_LABEL,
     Backfill,
     ClusterState,
@@ -27,6 +26,7 @@ from app.domain.types import (
     Reservation,
     RunningJob,
 )
+from app.kernel.errors import DecisionFinishedError, InvalidPickError, SnapshotError
 
 FCFS = HEURISTICS["fcfs"]
 SJF = HEURISTICS["sjf"]

@@ -11,7 +11,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.decision import (
+from app.domains.hpc.decision import (
     DecisionConfig,
     DecisionRun,
     apply_decision,
@@ -19,10 +19,8 @@ from app.domain.decision import (
     earliest_start,
     validate_snapshot,
 )
-from app.domain.heuristics import HEURISTICS
-from app.domain.placement import place
-from app.domain.resources import FIT_EPS
-from app.domain.types import (
+from app.domains.hpc.heuristics import HEURISTICS
+from app.domains.hpc.types import (
     SINGLE_NODE_LABEL,
     Allocation,
     Backfill,
@@ -36,6 +34,8 @@ from app.domain.types import (
     PolicyRef,
     RunningJob,
 )
+from app.kernel.placement import place
+from app.kernel.resources import FIT_EPS
 
 RESOURCES = ("cpu", "mem", "gpu")
 AMOUNTS = (0.0, 0.1, 0.5, 1.0, 1.0, 2.0, 2.0, 3.0)

@@ -3,16 +3,16 @@ import math
 
 import pytest
 
-from app.domain.errors import UnknownHeuristicError
-from app.domain.heuristics import (
+from app.domains.hpc.heuristics import (
     HEURISTIC_DESCRIPTIONS,
     HEURISTICS,
     get_heuristic,
     job_size,
 )
-from app.domain.heuristics.base import ScoreHeuristic
-from app.domain.policy import OrderingPolicy
-from app.domain.types import Job, PolicyRef
+from app.domains.hpc.heuristics.base import ScoreHeuristic
+from app.domains.hpc.policy import OrderingPolicy
+from app.domains.hpc.types import Job, PolicyRef
+from app.kernel.errors import UnknownHeuristicError
 
 NOW = 2000.0
 # id, submit s, walltime r, per-task cpu, tasks (n = tasks * cpu), priority
@@ -93,7 +93,7 @@ class TestRegistry:
         assert policy.ref == PolicyRef(name, "1", "heuristic")
         assert HEURISTIC_DESCRIPTIONS[name].strip()
         assert "\n" not in HEURISTIC_DESCRIPTIONS[name]
-        module = importlib.import_module(f"app.domain.heuristics.{name}")
+        module = importlib.import_module(f"app.domains.hpc.heuristics.{name}")
         assert name == module.NAME
 
     def test_get_heuristic(self):

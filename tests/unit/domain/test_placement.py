@@ -1,7 +1,6 @@
 import pytest
 
-from app.domain.placement import place
-from app.domain.types import (
+from app.domains.hpc.types import (
     SINGLE_NODE_LABEL,
     Job,
     Node,
@@ -9,6 +8,7 @@ from app.domain.types import (
     Placement,
     PlacementStrategy,
 )
+from app.kernel.placement import place
 
 FF, BF, TT = PlacementStrategy.FIRST_FIT, PlacementStrategy.BEST_FIT, PlacementStrategy.TETRIS
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from app.domain import resources as res
+from app.kernel import resources as res
 
 
 class TestArithmetic:

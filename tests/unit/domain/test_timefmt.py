@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.timefmt import duration, iso_utc, when
+from app.kernel.timefmt import duration, iso_utc, when
 
 
 def test_iso_utc_has_the_offset() -> None:

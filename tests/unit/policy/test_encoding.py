@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.decision import DecisionConfig, DecisionRun
-from app.domain.encoding import (
+from app.domains.hpc.decision import DecisionConfig, DecisionRun
+from app.domains.hpc.encoding import (
     FEATURE_NAMES,
     NUM_FEATURES,
     encode,
@@ -19,8 +19,8 @@ from app.domain.encoding import (
     masked_argmax,
     select_window,
 )
-from app.domain.policy import Phase
-from app.domain.types import Backfill, ClusterState, Job, Node, Placement, RunningJob
+from app.domains.hpc.policy import Phase
+from app.domains.hpc.types import Backfill, ClusterState, Job, Node, Placement, RunningJob
 
 NOW = 100_000.0
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.domain.decision import DecisionRun, decide
-from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES
-from app.domain.types import ClusterState, Job, Node
+from app.domains.hpc.decision import DecisionRun, decide
+from app.domains.hpc.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES
+from app.domains.hpc.types import ClusterState, Job, Node
 from app.policy.onnx_policy import (
     OnnxPolicy,
     PolicyInferenceError,

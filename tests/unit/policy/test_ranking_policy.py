@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.domain.decision import DecisionConfig, DecisionRun, decide
-from app.domain.encoding import encode_view, rank_rows
-from app.domain.policy import RankingPolicy, SteppingPolicy, StepView
-from app.domain.types import Backfill, ClusterState, Job, Node, Placement, RunningJob
+from app.domains.hpc.decision import DecisionConfig, DecisionRun, decide
+from app.domains.hpc.encoding import encode_view, rank_rows
+from app.domains.hpc.policy import RankingPolicy, SteppingPolicy, StepView
+from app.domains.hpc.types import Backfill, ClusterState, Job, Node, Placement, RunningJob
 from app.policy.onnx_policy import (
     OnnxPolicy,
     OnnxRankingPolicy,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.decision import DecisionConfig, decide
-from app.domain.heuristics import get_heuristic
-from app.domain.types import Backfill, ClusterState, Job, Node
+from app.domains.hpc.decision import DecisionConfig, decide
+from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.types import Backfill, ClusterState, Job, Node
 from app.policy.registry import PolicyRegistry
 from app.policy.selector import (
     ABANDONED,

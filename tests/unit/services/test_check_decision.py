@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from app.domain.decision import DecisionConfig, decide
-from app.domain.heuristics import HEURISTICS
-from app.domain.types import (
+from app.domains.hpc.decision import DecisionConfig, decide
+from app.domains.hpc.heuristics import HEURISTICS
+from app.domains.hpc.types import (
     SINGLE_NODE_LABEL,
     Allocation,
     ClusterState,

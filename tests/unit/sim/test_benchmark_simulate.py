@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from app.domains.hpc.swf import load_swf
 from benchmarks import simulate as bench
-from sim.traces.swf import load_swf
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 

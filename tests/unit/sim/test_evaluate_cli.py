@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.heuristics import get_heuristic
-from app.domain.types import Backfill
+from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.metrics import avg_bounded_slowdown
+from app.domains.hpc.rlscheduler import simulate_sequence
+from app.domains.hpc.swf import load_swf
+from app.domains.hpc.types import Backfill
 from sim import evaluate as ev
 from sim.cli import main
 from sim.evaluate import ROW_KEYS, EvalSpec, UnknownPolicyError, register_policy_loader
-from sim.metrics import avg_bounded_slowdown
-from sim.rlscheduler import simulate_sequence
-from sim.traces.swf import load_swf
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 LUBLIN1 = str(DATA / "lublin_256.swf.gz")

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.domain.decision import DecisionConfig
-from app.domain.heuristics import HEURISTICS, get_heuristic
-from app.domain.types import Backfill
-from sim.kairos import KairosSimulator, simulate_kairos, workload_from_trace
+from app.domains.hpc.decision import DecisionConfig
+from app.domains.hpc.heuristics import HEURISTICS, get_heuristic
+from app.domains.hpc.simulate import KairosSimulator, simulate_kairos, workload_from_trace
+from app.domains.hpc.swf import load_swf, parse_swf
+from app.domains.hpc.types import Backfill
 from sim.kairos_fast import is_static, simulate_kairos_fast, simulate_workload_fast
-from sim.traces.swf import load_swf, parse_swf
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 

@@ -1,4 +1,4 @@
-"""Kairos semantics: the simulator drives app.domain.decision.decide; invariants hold."""
+"""Kairos semantics: the simulator drives app.domains.hpc.decision.decide; invariants hold."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.domain.decision import DecisionConfig, apply_decision, earliest_start
-from app.domain.heuristics import get_heuristic
-from app.domain.policy import StepView
-from app.domain.types import Backfill, ClusterState, Decision, PolicyRef
-from sim.kairos import KairosSimulator, simulate_kairos, workload_from_trace
-from sim.metrics import avg_bounded_slowdown
-from sim.rlscheduler import simulate_sequence
-from sim.traces.swf import SwfTrace, load_swf, parse_swf
+from app.domains.hpc.decision import DecisionConfig, apply_decision, earliest_start
+from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.metrics import avg_bounded_slowdown
+from app.domains.hpc.policy import StepView
+from app.domains.hpc.rlscheduler import simulate_sequence
+from app.domains.hpc.simulate import KairosSimulator, simulate_kairos, workload_from_trace
+from app.domains.hpc.swf import SwfTrace, load_swf, parse_swf
+from app.domains.hpc.types import Backfill, ClusterState, Decision, PolicyRef
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 

@@ -6,10 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.decision import DecisionConfig, DecisionRun
-from app.domain.encoding import encode_view
-from app.domain.types import ClusterState, Job, Node
-from sim.ranking import HeadEncoder, head_features
+from app.domains.hpc.decision import DecisionConfig, DecisionRun
+from app.domains.hpc.encoding import encode_view
+from app.domains.hpc.ranking import HeadEncoder, head_features
+from app.domains.hpc.types import ClusterState, Job, Node
 
 
 @settings(max_examples=200, deadline=None)

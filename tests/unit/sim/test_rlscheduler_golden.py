@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.metrics import avg_bounded_slowdown, avg_wait, utilization_rlscheduler
-from sim.rlscheduler import SequenceResult, sample_starts, simulate_sequence
-from sim.traces.swf import SwfTrace, load_swf
+from app.domains.hpc.metrics import avg_bounded_slowdown, avg_wait, utilization_rlscheduler
+from app.domains.hpc.rlscheduler import SequenceResult, sample_starts, simulate_sequence
+from app.domains.hpc.swf import SwfTrace, load_swf
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 TRACES = {"lublin1": DATA / "lublin_256.swf.gz", "lublin2": DATA / "lublin_256_new2.swf.gz"}

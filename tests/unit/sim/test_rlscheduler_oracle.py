@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.rlscheduler import RlsPolicy, simulate_sequence
+from app.domains.hpc.rlscheduler import RlsPolicy, simulate_sequence
+from app.domains.hpc.swf import parse_swf
 from sim.rlscheduler_reference import reference_simulate
-from sim.traces.swf import parse_swf
 
 
 @st.composite

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from app.domain.types import Backfill
-from sim.env import SchedulingEnv
-from sim.traces.swf import load_swf
+from app.domains.hpc.env import SchedulingEnv
+from app.domains.hpc.swf import load_swf
+from app.domains.hpc.types import Backfill
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.metrics import (
+from app.domains.hpc.metrics import (
     avg_bounded_slowdown,
     avg_turnaround,
     avg_wait,
@@ -15,7 +15,7 @@ from sim.metrics import (
     utilization_makespan,
     utilization_rlscheduler,
 )
-from sim.rlscheduler import SequenceResult
+from app.domains.hpc.rlscheduler import SequenceResult
 
 
 def _result(submit, run, procs, start, end_time, max_procs=4, user=None):

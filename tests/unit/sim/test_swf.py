@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.traces.swf import SwfFormatError, load_swf, parse_swf
+from app.domains.hpc.swf import SwfFormatError, load_swf, parse_swf
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.domain.types import Backfill
-from sim.env import SchedulingEnv
-from sim.traces.swf import load_swf
+from app.domains.hpc.env import SchedulingEnv
+from app.domains.hpc.swf import load_swf
+from app.domains.hpc.types import Backfill
 from sim.vecenv import VectorSchedulingEnv
 
 DATA = Path(__file__).resolve().parents[3] / "data"

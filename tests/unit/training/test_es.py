@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.domain.encoding import NUM_FEATURES
-from app.domain.heuristics import get_heuristic
-from app.domain.types import Backfill
+from app.domains.hpc.encoding import NUM_FEATURES
+from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.simulate import workload_from_trace
+from app.domains.hpc.swf import load_swf
+from app.domains.hpc.types import Backfill
 from app.policy.onnx_policy import OnnxPolicy, OnnxRankingPolicy
-from sim.kairos import workload_from_trace
 from sim.kairos_fast import simulate_workload_fast
-from sim.traces.swf import load_swf
 from tests.fixtures.onnx_models import card
 from training.es import (
     EsArgs,

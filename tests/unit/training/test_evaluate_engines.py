@@ -1,4 +1,5 @@
-"""The twin with onnxruntime and ``sim.kairos`` with the service's ``OnnxPolicy`` agree exactly."""
+"""The twin with onnxruntime and ``app.domains.hpc.simulate`` with the service's ``OnnxPolicy``
+agree exactly."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from app.domain.encoding import NUM_FEATURES  # noqa: E402
+from app.domains.hpc.encoding import NUM_FEATURES  # noqa: E402
 from training.evaluate import (  # noqa: E402
     onnx_picker,
     run_protocol,

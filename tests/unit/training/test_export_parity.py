@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from app.domain.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES  # noqa: E402
+from app.domains.hpc.encoding import FEATURE_SCHEMA_VERSION, NUM_FEATURES  # noqa: E402
 from training.export_onnx import build_model, write_policy  # noqa: E402
 from training.ppo import MASKED_LOGIT, Agent, last_linear, load_checkpoint, save_checkpoint  # noqa: E402
 

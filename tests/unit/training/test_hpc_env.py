@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.domain.decision import DecisionConfig, DecisionRun, decide
-from app.domain.encoding import encode_view
-from app.domain.heuristics import get_heuristic
-from app.domain.types import Backfill, ClusterState, Job, Node, Placement, RunningJob
+from app.domains.hpc.decision import DecisionConfig, DecisionRun, decide
+from app.domains.hpc.encoding import encode_view
+from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.types import Backfill, ClusterState, Job, Node, Placement, RunningJob
 from training.hpc_env import HpcEpisode, JobTable, run_sequence
 
 TRACE = Path(__file__).resolve().parents[3] / "data" / "lublin_256.swf.gz"
@@ -149,8 +149,8 @@ def test_twin_matches_decision_run_when_jobs_overrun_their_requests(
 def test_twin_replays_like_the_kairos_simulator_when_jobs_overrun(
     overrun: tuple[Path, JobTable], heuristic: str
 ) -> None:
-    from sim.kairos import simulate_kairos
-    from sim.traces.swf import load_swf
+    from app.domains.hpc.simulate import simulate_kairos
+    from app.domains.hpc.swf import load_swf
 
     path, table = overrun
     start, length = 10, 300
@@ -236,8 +236,8 @@ def test_window_of_a_long_queue_matches_the_encoder(table: JobTable, backfill: b
 def test_twin_replays_like_the_kairos_simulator(
     table: JobTable, heuristic: str, backfill: bool
 ) -> None:
-    from sim.kairos import simulate_kairos
-    from sim.traces.swf import load_swf
+    from app.domains.hpc.simulate import simulate_kairos
+    from app.domains.hpc.swf import load_swf
 
     trace = load_swf(TRACE)
     start, length = 2756, 200

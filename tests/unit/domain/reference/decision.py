@@ -1,7 +1,8 @@
-"""FROZEN pre-optimisation copy of app/domain/decision.py (commit cd017ab), kept as the reference
+"""FROZEN pre-optimisation copy of app/domains/hpc/decision.py (commit cd017ab), kept as the
+reference
 implementation for the equivalence tests and the benchmark (benchmarks/core.py). Do not edit.
 
-One scheduling round: a snapshot and a policy in, a :class:`~app.domain.types.Decision` out.
+One scheduling round: a snapshot and a policy in, a :class:`~app.domains.hpc.types.Decision` out.
 
 Semantics (ADR 0010):
 
@@ -33,11 +34,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from app.domain.errors import DecisionFinishedError, InvalidPickError, SnapshotError
-from app.domain.policy import OrderingPolicy, Phase, SteppingPolicy, StepView
-from app.domain.resources import FIT_EPS, to_tuple
-from app.domain.timefmt import when
-from app.domain.types import (
+from app.domains.hpc.policy import OrderingPolicy, Phase, SteppingPolicy, StepView
+from app.domains.hpc.types import (
     Allocation,
     Backfill,
     ClusterState,
@@ -52,6 +50,9 @@ from app.domain.types import (
     Resources,
     RunningJob,
 )
+from app.kernel.errors import DecisionFinishedError, InvalidPickError, SnapshotError
+from app.kernel.resources import FIT_EPS, to_tuple
+from app.kernel.timefmt import when
 from tests.unit.domain.reference.placement import (
     FloatArray,
     IntArray,
@@ -198,7 +199,7 @@ def validate_snapshot(state: ClusterState) -> None:
     """Raise :class:`SnapshotError` unless the snapshot is consistent.
 
     Checks: ``now`` finite; node ids unique; capacities and allocations finite and non-negative;
-    no node allocated beyond capacity (with :data:`~app.domain.resources.FIT_EPS` slack); running
+    no node allocated beyond capacity (with :data:`~app.kernel.resources.FIT_EPS` slack); running
     placements name known nodes with ``tasks >= 1`` summing to the job's ``tasks``; running jobs'
     demand on each node within its capacity; job ids unique across running and pending.
     Pending jobs with invalid numbers are not refused here: they are reported unschedulable.

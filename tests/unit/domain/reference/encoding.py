@@ -1,7 +1,8 @@
-"""FROZEN pre-optimisation copy of app/domain/encoding.py (commit cd017ab), kept as the reference
+"""FROZEN pre-optimisation copy of app/domains/hpc/encoding.py (commit cd017ab), kept as the
+reference
 implementation for the equivalence tests and the benchmark (benchmarks/core.py). Do not edit.
 
-Observation and action-mask encoding of a :class:`~app.domain.policy.StepView`.
+Observation and action-mask encoding of a :class:`~app.domains.hpc.policy.StepView`.
 
 This module is the seam between the service and the learned policy: the simulator's gym
 environment and the training code build their observations with it, and
@@ -39,7 +40,7 @@ RLScheduler's could not see: the free resources, the reservation and the decisio
  6    ``is_reserved``          1 for the job that holds the reservation, else 0
  7    ``slowdown_so_far``      ``log1p(wait / max(walltime, 10)) / log1p(SLOWDOWN_SCALE)``
  8    ``priority``             ``0.5 + 0.5 * tanh(priority / PRIORITY_SCALE)``
- 9    ``phase_backfill``       1 in the :attr:`~app.domain.policy.Phase.BACKFILL` phase, else 0
+ 9    ``phase_backfill``       1 in the :attr:`~app.domains.hpc.policy.Phase.BACKFILL` phase, else 0
 10    ``queue_length``         ``log1p(eligible candidates) / log1p(QUEUE_SCALE)``
 11    ``free_fraction``        mean over resources with capacity of ``free_r / capacity_r``
 12    ``reservation_horizon``  ``(reservation.start_at - now) / WAIT_SCALE_S`` (0 without one)
@@ -64,8 +65,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from app.domain.policy import Phase, StepView
-from app.domain.types import Job, Resources
+from app.domains.hpc.policy import Phase, StepView
+from app.domains.hpc.types import Job, Resources
 
 #: Bump on any change to the features, their order or the normalisation constants.
 FEATURE_SCHEMA_VERSION: Final = "kairos-hpc-v1"

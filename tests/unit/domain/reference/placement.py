@@ -1,4 +1,4 @@
-"""FROZEN pre-optimisation copy of app/domain/placement.py (commit cd017ab), kept as the reference
+"""FROZEN pre-optimisation copy of app/kernel/placement.py (commit cd017ab), kept as the reference
 implementation for the equivalence tests and the benchmark (benchmarks/core.py). Do not edit.
 
 Placement of a gang (``tasks`` x ``per_task``) onto nodes: first-fit, best-fit, Tetris.
@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from app.domain.resources import FIT_EPS, to_tuple
-from app.domain.types import Job, Node, NodeState, Placement, PlacementStrategy, Resources
+from app.domains.hpc.types import Job, Node, NodeState, Placement, PlacementStrategy, Resources
+from app.kernel.resources import FIT_EPS, to_tuple
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
@@ -43,7 +43,7 @@ RowPlacement = list[tuple[int, int]]
 
 
 def slack_matrix(capacity: FloatArray) -> FloatArray:
-    """Per-cell tolerance of the fit test (:data:`~app.domain.resources.FIT_EPS`, relative)."""
+    """Per-cell tolerance of the fit test (:data:`~app.kernel.resources.FIT_EPS`, relative)."""
     out: FloatArray = FIT_EPS * np.maximum(1.0, np.abs(capacity))
     return out
 
