@@ -33,6 +33,7 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
+from app.domains.hpc.easy import EasyRound, backfill_mask
 from app.domains.hpc.encoding import ObsArray, StepArrays, static_features
 from app.domains.hpc.policy import OrderingPolicy, Phase, RankingPolicy, SteppingPolicy, StepView
 from app.domains.hpc.types import (
@@ -351,10 +352,11 @@ class DecisionRun:
         self._allocations: list[Allocation] = []
         self._allocated: set[str] = set()
         self._reservation: Reservation | None = None
-        self._reserved: _Info | None = None
         self._shadow_free: FloatArray | None = None
-        self._phase = Phase.HEAD
-        self._stopped = False
+        #: the EASY rules (phase, reservation, stop), on this run's matrix model
+        self._easy: EasyRound[_Info, RowPlacement] = EasyRound(
+            _MatrixModel(self), self.config.backfill
+        )
         self._picks: list[str] = []
         self._fit_cache: dict[tuple[object, ...], RowPlacement | None] = {}
         self._hold_cache: dict[tuple[object, ...], bool] = {}  # rule (b) per job shape
@@ -372,7 +374,7 @@ class DecisionRun:
         self._hold_memo: dict[tuple[object, ...], _HoldMemo] = {}
         self._capacity: Mapping[str, float] | None = None
         if self.config.max_allocations is not None and self.config.max_allocations <= 0:
-            self._stopped = True
+            self._easy.stopped = True
 
     # ------------------------------------------------------------------ construction
 
@@ -724,11 +726,12 @@ class DecisionRun:
         self._hold_cache.clear()
         self._max_free = None
         self._free_slack = None
-        if (
+
+    def _capped(self) -> bool:
+        return (
             self.config.max_allocations is not None
             and len(self._allocations) >= self.config.max_allocations
-        ):
-            self._stopped = True
+        )
 
     def _earliest(self, info: _Info) -> tuple[float, FloatArray] | None:
         """Earliest start ``t >= now`` of ``info`` and the free matrix at ``t``.
@@ -787,22 +790,15 @@ class DecisionRun:
                 lo = mid + 1
         return times[hi], best
 
-    def _backfill_rows(self, info: _Info) -> RowPlacement | None:
-        """Placement now if ``info`` may backfill without delaying the reservation, else None."""
-        rows = self._place_now(info)
-        if rows is None:
-            return None
-        reservation, reserved, shadow_free = self._reservation, self._reserved, self._shadow_free
-        assert reservation is not None
-        assert reserved is not None
-        assert shadow_free is not None
-        if self.now + info.job.walltime_s <= reservation.start_at:
-            return rows
-        # same shape, same placement, same answer until the next allocation
+    def _holds(self, info: _Info, rows: RowPlacement) -> bool:
+        """Rule (b) on the shadow-time matrix (same shape, same placement, same answer until
+        the next allocation)."""
         ok = self._hold_cache.get(info.key)
         if ok is None:
+            shadow_free = self._shadow_free
+            assert shadow_free is not None
             ok = self._hold_cache[info.key] = self._reservation_holds(info, rows, shadow_free)
-        return rows if ok else None
+        return ok
 
     def _reservation_holds(self, info: _Info, rows: RowPlacement, shadow_free: FloatArray) -> bool:
         """EASY rule (b): can the reserved job still be placed at the shadow time with ``rows``
@@ -814,7 +810,7 @@ class DecisionRun:
         job's per-row ``k`` kept for the unchanged rows.  Adding back can leave float noise
         (``(x - y) + y != x``); the matrix keeps it, as it always did.
         """
-        reserved = self._reserved
+        reserved = self._easy.reserved
         assert reserved is not None
         sk = self._shadow_k
         if sk is None:
@@ -871,7 +867,7 @@ class DecisionRun:
         sk = self._shadow_k
         if sk is None:
             return
-        reserved = self._reserved
+        reserved = self._easy.reserved
         assert reserved is not None
         slack = self._slack_row_lists()
         values = shadow_free[[row for row, _ in rows]].tolist()
@@ -883,46 +879,23 @@ class DecisionRun:
 
     def _reserved_k_row(self, free: list[float], slack: list[float]) -> float:
         """``max_tasks_per_node`` of the reserved job on one row (Python floats)."""
-        reserved = self._reserved
+        reserved = self._easy.reserved
         assert reserved is not None
         return float(_tasks_on_row(free, slack, reserved.job_demand, reserved.cols, reserved.tasks))
 
-    def _reserve(self, info: _Info) -> None:
+    def _reserve(self, info: _Info) -> float:
+        """Reserve ``info`` at its earliest start; keep the matrix at that time for rule (b)."""
         found = self._earliest(info)
-        if found is None:  # excluded up front by _classify; kept as a hard guard
+        if found is None:  # excluded up front by can_start; kept as a hard guard
             raise SnapshotError("running", f"no start time can be computed for {info.job.id!r}")
         start_at, free_then = found
         self._reservation = Reservation(info.job.id, start_at)
-        self._reserved = info
-        if self.config.backfill == Backfill.NONE:
-            self._stopped = True
-            return
-        self._shadow_free = free_then
-        self._shadow_k = None
-        self._shadow_version = [0] * free_then.shape[0]
-        self._hold_memo.clear()
-        self._phase = Phase.BACKFILL
-
-    def _head(self, info: _Info) -> None:
-        rows = self._place_now(info)
-        if rows is not None:
-            self._allocate(info, rows)
-        elif self._exclusion(info) is None:  # never reserve a job that cannot ever start
-            self._reserve(info)
-
-    def _backfill(self, info: _Info) -> bool:
-        rows = self._backfill_rows(info)
-        if rows is None:
-            return False
-        ends_after_shadow = self.now + info.job.walltime_s > self._reservation_start()
-        self._allocate(info, rows)
-        if ends_after_shadow:  # it holds its placement at the shadow time
-            self._hold(info, rows)
-        return True
-
-    def _reservation_start(self) -> float:
-        assert self._reservation is not None
-        return self._reservation.start_at
+        if self.config.backfill == Backfill.EASY:
+            self._shadow_free = free_then
+            self._shadow_k = None
+            self._shadow_version = [0] * free_then.shape[0]
+            self._hold_memo.clear()
+        return start_at
 
     # ------------------------------------------------------------------ ordering fast path
 
@@ -935,55 +908,30 @@ class DecisionRun:
         return [i.job for i in self._infos if i.invalid is None]
 
     def run_order(self, order: Iterable[Job]) -> None:
-        """Drive the round with a fixed order (the :class:`OrderingPolicy` path).
+        """Drive the round with a fixed order (the :class:`OrderingPolicy` path):
+        :meth:`EasyRound.walk <app.domains.hpc.easy.EasyRound.walk>` over the order's eligible
+        jobs (unknown, invalid or repeated jobs are skipped)."""
+        self._easy.walk(self._walk_infos(order))
+        self._step = None
 
-        Equivalent to a stepping policy that always picks the first allowed candidate in
-        ``order``, without rebuilding the mask at every step: free resources only shrink within
-        a round, so a job that does not fit now never will; the only jobs that may become
-        allowed later are those that fit but would delay the reservation (another placement
-        may suit the reservation once other jobs have taken some nodes), and they are retried,
-        in order, after every backfill.  Unknown or repeated jobs are skipped.
-        """
+    def _walk_infos(self, order: Iterable[Job]) -> Iterator[_Info]:
         by_id = self._by_id
         explain = self.config.explain
-        deferred: list[_Info] = []
         seen: set[str] = set()
         for job in order:
-            if self._stopped:
-                break
             info = by_id.get(job.id)
             if info is None or info.invalid is not None or job.id in seen:
                 continue
             seen.add(job.id)
             if explain:
                 self._picks.append(job.id)
-            if self._phase == Phase.HEAD:
-                self._head(info)
-            elif self._backfill(info):
-                self._retry(deferred)
-            elif self._place_now(info) is not None:
-                deferred.append(info)
-        self._stopped = True
-        self._step = None
+            yield info
 
     def run_ranked(self, view: StepView, rows: Iterable[int]) -> None:
         """Walk ``view.candidates[i] for i in rows`` as an order (the :class:`RankingPolicy`
         path); ``view`` must be this run's first view."""
         candidates = view.candidates
         self.run_order(candidates[i] for i in rows)
-
-    def _retry(self, deferred: list[_Info]) -> None:
-        """After a backfill: start the first deferred job that is now allowed, repeatedly."""
-        i = 0
-        while i < len(deferred) and not self._stopped:
-            info = deferred[i]
-            if self._place_now(info) is None:
-                del deferred[i]  # will never fit again in this round
-            elif self._backfill(info):
-                del deferred[i]
-                i = 0  # resources changed: earlier deferred jobs come first
-            else:
-                i += 1
 
     # ------------------------------------------------------------------ stepping interface
 
@@ -1110,18 +1058,21 @@ class DecisionRun:
         candidates = [self._infos[j] for j in at.tolist()]
         excluded = vec.excluded[at]
         fits = self._fits_all(vec)[at] & ~excluded
-        if self._stopped:
+        easy = self._easy
+        if easy.stopped:
             mask = np.zeros(len(candidates), dtype=np.bool_)
-        elif self._phase == Phase.HEAD:
+        elif easy.phase == Phase.HEAD:
             mask = ~excluded
         else:
-            mask = fits.copy()
-            if self._reserved is not None:
-                mask &= at != self._reserved.index
-            start_at = self._reservation_start()
-            # ends after the shadow time: allowed only if the reservation still fits (rule b)
-            for p in np.flatnonzero(mask & ~(vec.ends[at] <= start_at)).tolist():
-                mask[p] = self._backfill_rows(candidates[p]) is not None
+            allowed = fits.copy()
+            if easy.reserved is not None:
+                allowed &= at != easy.reserved.index
+            mask = backfill_mask(
+                allowed,
+                vec.ends[at],
+                easy.shadow,
+                lambda p: easy.backfill_placement(candidates[p]) is not None,
+            )
         self._step = _StepCache(fits, mask, candidates, at)
         return self._step
 
@@ -1166,11 +1117,11 @@ class DecisionRun:
 
     @property
     def phase(self) -> Phase:
-        return self._phase
+        return self._easy.phase
 
     @property
     def done(self) -> bool:
-        if self._stopped:
+        if self._easy.stopped:
             return True
         return not bool(self._compute_step().mask.any())
 
@@ -1197,7 +1148,7 @@ class DecisionRun:
         if step.view is None:
             step.view = StepView(
                 now=self.now,
-                phase=self._phase,
+                phase=self._easy.phase,
                 nodes=self.state.nodes,
                 free=_FreeView(
                     self._free.copy(), self.resource_names, self.state.nodes, self._up_nodes
@@ -1232,15 +1183,12 @@ class DecisionRun:
         if not step.mask[index]:
             raise InvalidPickError(
                 f"pick {index} ({step.candidates[index].job.id!r}) is masked out "
-                f"in phase {self._phase.value}"
+                f"in phase {self._easy.phase.value}"
             )
         info = step.candidates[index]
         if self.config.explain:
             self._picks.append(info.job.id)
-        if self._phase == Phase.HEAD:
-            self._head(info)
-        else:
-            self._backfill(info)
+        self._easy.pick(info)
         self._step = None
 
     # ------------------------------------------------------------------ result
@@ -1276,7 +1224,7 @@ class DecisionRun:
                 not_started[job_id] = excluded
                 if excluded.startswith(REASON_UNSCHEDULABLE):
                     unschedulable.append(job_id)
-            elif info is self._reserved and self._reservation is not None:
+            elif info is self._easy.reserved and self._reservation is not None:
                 start = when(self._reservation.start_at, self.now)
                 not_started[job_id] = f"{REASON_DOES_NOT_FIT}; reserved to start at {start}"
             elif self._place_now(info) is None:
@@ -1300,6 +1248,42 @@ class DecisionRun:
             "unschedulable": unschedulable,
             "not_started": not_started,
         }
+
+
+class _MatrixModel:
+    """:class:`~app.domains.hpc.easy.ResourceModel` of a :class:`DecisionRun`: the per-node
+    matrix (any cluster).  Not monotone: another placement of a refused job may suit the
+    reservation once other jobs have taken some nodes."""
+
+    __slots__ = ("run",)
+
+    monotone = False
+
+    def __init__(self, run: DecisionRun) -> None:
+        self.run = run
+
+    def place_now(self, job: _Info) -> RowPlacement | None:
+        return self.run._place_now(job)
+
+    def can_start(self, job: _Info) -> bool:
+        return self.run._exclusion(job) is None
+
+    def reserve(self, job: _Info) -> float:
+        return self.run._reserve(job)
+
+    def ends(self, job: _Info) -> float:
+        return self.run.now + job.job.walltime_s
+
+    def holds(self, job: _Info, placement: RowPlacement) -> bool:
+        return self.run._holds(job, placement)
+
+    def start(self, job: _Info, placement: RowPlacement) -> bool:
+        run = self.run
+        run._allocate(job, placement)
+        return not run._capped()
+
+    def hold(self, job: _Info, placement: RowPlacement) -> None:
+        self.run._hold(job, placement)
 
 
 def decide(
