@@ -82,6 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in and args_in[0] == COMMAND:
         args_in = args_in[1:]
+    if "--domain=dag" in args_in or " --domain dag " in f" {' '.join(args_in)} ":
+        from sim.dag_evaluate import main as dag_main
+
+        return dag_main(args_in)
     parser = build_parser()
     args = parser.parse_args(args_in)
     policies = _checked(parser, args)
