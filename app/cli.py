@@ -178,8 +178,8 @@ def _migrate(args: Sequence[str]) -> int:
 
 
 def _worker(args: Sequence[str]) -> int:
-    """A decision worker reading the Redis request stream (:mod:`app.batching.worker`)."""
-    from app.batching.worker import main as worker_main
+    """A decision worker reading the Redis request stream (:mod:`app.policy.worker`)."""
+    from app.policy.worker import main as worker_main
 
     return worker_main(args, get_settings())
 

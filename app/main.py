@@ -27,7 +27,6 @@ from app.api.middleware import (
 )
 from app.api.v1 import api_router
 from app.api.v1.health import router as health_router
-from app.batching.pipeline import pipeline_from_settings, report_policies
 from app.db.decision_writer import DecisionWriter
 from app.db.engine import make_engine
 from app.db.migrate import is_behind, upgrade_to_head
@@ -35,6 +34,7 @@ from app.db.session import Database
 from app.gc_tuning import freeze_startup_heap, thaw
 from app.heartbeat import beating
 from app.observability import Metrics, multiprocess_dir
+from app.policy.pipeline import pipeline_from_settings, report_policies
 from app.services.decision import DecisionService, gate_from_settings
 from app.services.idempotency import IdempotencyJanitor
 from app.settings import Settings, get_settings

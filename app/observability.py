@@ -27,7 +27,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from app.background import running
-from app.services.decision import DecisionGate, DecisionOutcome
+from app.outcomes import DecisionOutcome
+from app.services.decision import DecisionGate
 
 #: prometheus_client's own switch: set, every metric value lives in a file of this directory
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

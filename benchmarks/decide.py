@@ -49,7 +49,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -93,10 +93,10 @@ def no_decision_app() -> Any:
     serves only this cell."""
     from collections.abc import Sequence
 
-    import app.batching.pipeline as pipeline
+    import app.policy.pipeline as pipeline
     from app.domains.hpc.types import Decision, PolicyRef
     from app.main import create_app
-    from app.policy.selector import DecisionOutcome, DecisionRequest
+    from app.outcomes import DecisionOutcome, DecisionRequest
 
     def decide_nothing(
         requests: Sequence[DecisionRequest], *_: object, **__: object
@@ -279,6 +279,8 @@ class Result:
     cpu_ms: float | None = None
     #: the load generator's (this process's) CPU per request sent, in ms (set by ``measured``)
     client_ms: float | None = None
+    #: answers the fallback decided, by ``fallback.reason``
+    reasons: dict[str, int] = field(default_factory=dict)
 
     #: the headings of :meth:`cells`
     HEADS = ("req/s", "model/s", "p50 ms", "p99 ms", "fallback", "refused", "errors")
@@ -303,10 +305,17 @@ class Result:
 
     @classmethod
     def of(
-        cls, latencies: list[float], elapsed: float, fallbacks: int, errors: int, refused: int = 0
+        cls,
+        latencies: list[float],
+        elapsed: float,
+        fallbacks: int,
+        errors: int,
+        refused: int = 0,
+        reasons: dict[str, int] | None = None,
     ) -> Result:
         lat = np.array(latencies) * 1000.0
         return cls(
+            reasons=dict(reasons or {}),
             rps=len(latencies) / elapsed,
             p50_ms=float(np.percentile(lat, 50)),
             p99_ms=float(np.percentile(lat, 99)),
@@ -335,6 +344,7 @@ async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
     fallbacks = 0
     errors = 0
     refused = 0
+    reasons: dict[str, int] = {}
     stop_at = 0.0
 
     async def client(k: int, conn: _Conn) -> None:
@@ -358,8 +368,9 @@ async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
                 latencies.append(time.perf_counter() - t0)
                 if answer.status != 200:
                     errors += 1
-                elif answer.fallback_used:
+                elif (reason := answer.fallback_reason) is not None:
                     fallbacks += 1
+                    reasons[reason] = reasons.get(reason, 0) + 1
         finally:
             conn.close()
 
@@ -370,7 +381,7 @@ async def load(url: str, clients: int, seconds: float, policy: str) -> Result:
     stop_at = started + seconds
     await asyncio.gather(*(client(k, conn) for k, conn in enumerate(conns)))
     elapsed = time.perf_counter() - started
-    return Result.of(latencies, elapsed, fallbacks, errors, refused)
+    return Result.of(latencies, elapsed, fallbacks, errors, refused, reasons)
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,8 +394,16 @@ class _Answer:
     @property
     def fallback_used(self) -> bool:
         """Whether the decision came from the fallback (``fallback.used`` of the answer)."""
-        used = json.loads(self.body).get("fallback", {}).get("used")
-        return bool(used)
+        return self.fallback_reason is not None
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """``fallback.reason`` of an answer the fallback decided (``"?"`` when it gives none),
+        ``None`` when the requested policy decided."""
+        fallback = json.loads(self.body).get("fallback", {})
+        if not fallback.get("used"):
+            return None
+        return str(fallback.get("reason") or "?")
 
 
 class _Conn:
@@ -509,9 +528,10 @@ def model_dir(work: Path) -> tuple[Path, str]:
 def decision_cost_ms(models: Path, policy: str, rounds: int = 20) -> float:
     """Mean in-process cost of one core decision (``decide_many`` of one request) on the
     benchmark's snapshots: the part of a request no serving layer can avoid."""
+    from app.outcomes import DecisionRequest
     from app.policy.onnx_policy import RuntimeOptions
     from app.policy.registry import PolicyRegistry
-    from app.policy.selector import DecisionRequest, decide_many
+    from app.policy.selector import decide_many
     from app.services.scheduling import state_from_request
 
     registry = PolicyRegistry(models, RuntimeOptions())

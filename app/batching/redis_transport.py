@@ -43,7 +43,7 @@ from app.batching.wire import (
     request_from_json,
     request_to_json,
 )
-from app.policy.selector import ABANDONED, DecisionOutcome, DecisionRequest, Deliver, Wanted
+from app.outcomes import ABANDONED, DecisionOutcome, DecisionRequest, Deliver, Wanted
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from app.domains.hpc.types import (
     Backfill,
     PlacementStrategy,
 )
-from app.policy.selector import DecisionOutcome, DecisionRequest, FallbackReason, ShadowOutcome
+from app.outcomes import DecisionOutcome, DecisionRequest, FallbackReason, ShadowOutcome
 
 WIRE_VERSION: Final = 1
 

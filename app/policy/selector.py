@@ -26,12 +26,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from app.domains.hpc.decision import DecisionConfig, DecisionRun, decide
+from app.domains.hpc.decision import DecisionRun, decide
 from app.domains.hpc.encoding import (
     EncodedBatch,
     LogitsArray,
@@ -42,8 +41,17 @@ from app.domains.hpc.encoding import (
 )
 from app.domains.hpc.heuristics import get_heuristic
 from app.domains.hpc.policy import OrderingPolicy
-from app.domains.hpc.types import ClusterState, Decision
 from app.kernel.errors import DomainError, UnknownHeuristicError
+from app.outcomes import (
+    ABANDONED,
+    DEFAULT_FALLBACK,
+    DecisionOutcome,
+    DecisionRequest,
+    Deliver,
+    FallbackReason,
+    ShadowOutcome,
+    Wanted,
+)
 from app.policy.onnx_policy import (
     InferenceFailure,
     OnnxPolicy,
@@ -54,27 +62,8 @@ from app.policy.registry import PolicyRegistry
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_FALLBACK = "f1"
 #: Time kept in hand for the fallback heuristic when judging whether the deadline would pass.
 DEFAULT_FALLBACK_RESERVE_S = 0.003
-#: ``error_type`` of the outcome of a request dropped because its caller gave up
-ABANDONED = "RequestAbandoned"
-
-#: ``wanted(i)``: is request ``i``'s caller still waiting? (see :func:`decide_many`)
-Wanted = Callable[[int], bool]
-#: ``deliver(i, outcome)``: answer request ``i`` now (see :func:`decide_many`)
-Deliver = Callable[[int, "DecisionOutcome"], None]
-
-
-class FallbackReason(StrEnum):
-    MODEL_MISSING = "model_missing"
-    MODEL_REFUSED = "model_refused"
-    INFERENCE_ERROR = "inference_error"
-    INVALID_OUTPUT = "invalid_output"
-    NON_FINITE_OUTPUT = "non_finite_output"
-    ALL_MASKED = "all_masked"
-    INVALID_PICK = "invalid_pick"
-    DEADLINE_EXCEEDED = "deadline_exceeded"
 
 
 _INFERENCE_REASONS = {
@@ -83,41 +72,6 @@ _INFERENCE_REASONS = {
     InferenceFailure.NON_FINITE_OUTPUT: FallbackReason.NON_FINITE_OUTPUT,
     InferenceFailure.ALL_MASKED: FallbackReason.ALL_MASKED,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionRequest:
-    request_id: str
-    state: ClusterState
-    config: DecisionConfig = field(default_factory=DecisionConfig)
-    policy: str = DEFAULT_FALLBACK
-    fallback: str = DEFAULT_FALLBACK
-    shadow: str | None = None
-    #: absolute deadline on the ``clock`` passed to :func:`decide_many` (``time.time`` by default)
-    deadline: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ShadowOutcome:
-    policy: str
-    decision: Decision | None
-    reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionOutcome:
-    request_id: str
-    decision: Decision | None
-    fallback_used: bool = False
-    fallback_reason: FallbackReason | None = None
-    #: human detail for the fallback (e.g. the refusal message)
-    fallback_detail: str | None = None
-    shadow: ShadowOutcome | None = None
-    #: set when the request itself is bad (no decision at all): ``"<ErrorClass>: message"``
-    error: str | None = None
-    error_type: str | None = None
-    #: requests scored together in this request's inference batch (1 for heuristics)
-    batch_size: int = 1
 
 
 @dataclass(slots=True)
@@ -534,34 +488,9 @@ def fallback_outcome(
     )
 
 
-def decide_one(
-    request: DecisionRequest,
-    registry: PolicyRegistry | None,
-    *,
-    clock: Callable[[], float] = time.time,
-) -> DecisionOutcome:
-    """:func:`decide_many` for a single request (the in-process path without batching)."""
-    return decide_many([request], registry, clock=clock)[0]
-
-
-def decision_agrees(primary: Decision, shadow: Decision) -> bool:
-    """Same jobs started now and the same reservation (placements may differ)."""
-    return {a.job_id for a in primary.allocations} == {a.job_id for a in shadow.allocations} and (
-        {r.job_id for r in primary.reservations} == {r.job_id for r in shadow.reservations}
-    )
-
-
 __all__ = [
-    "ABANDONED",
-    "DecisionOutcome",
-    "DecisionRequest",
-    "Deliver",
-    "FallbackReason",
-    "ShadowOutcome",
-    "Wanted",
+    "DEFAULT_FALLBACK_RESERVE_S",
     "decide_many",
-    "decide_one",
-    "decision_agrees",
     "fallback_outcome",
     "resolve",
 ]

@@ -1,14 +1,14 @@
 """The decision seam: every scheduling round (``/schedule`` and ``/v1/decide``) goes through here.
 
 :class:`DecisionService` owns *how* a decision is computed: which policy a name resolves to, where
-the computation runs (a worker thread now; the pipeline's micro-batcher / Redis workers later),
-the deadline, and the fallback chain. Callers hand it a snapshot and a :class:`DecisionSpec` and
+the computation runs (the pipeline's micro-batcher or Redis workers), the deadline, and the
+fallback chain. Callers hand it a snapshot and a :class:`DecisionSpec` and
 get a :class:`DecisionOutcome`; they never call ``app.domains.hpc.decision.decide`` themselves.
 
 Fallback reasons (``DecisionOutcome.fallback_reason``) are machine-readable
-:class:`FallbackReason` values. The fallback is always a heuristic, run without a deadline; its
-output is checked like the primary's, and an unsafe result degrades to an empty decision rather
-than reaching the database.
+:class:`~app.outcomes.FallbackReason` values (one vocabulary, :mod:`app.outcomes`). The fallback
+is always a heuristic, run without a deadline; its output is checked like the primary's, and an
+unsafe result degrades to an empty decision rather than reaching the database.
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import anyio
 import anyio.to_thread
 
-from app.batching.pipeline import DecisionPipeline
 from app.domains.hpc.decision import DecisionConfig, decide, validate_snapshot
 from app.domains.hpc.heuristics import (
     HEURISTIC_CLASSES,
@@ -40,10 +38,16 @@ from app.domains.hpc.types import (
     Decision,
     Job,
     PlacementStrategy,
-    PolicyRef,
 )
 from app.kernel.errors import DomainError, UnknownHeuristicError
 from app.kernel.resources import FIT_EPS
+from app.outcomes import (
+    DEFAULT_FALLBACK,
+    DecisionOutcome,
+    DecisionRequest,
+    FallbackReason,
+)
+from app.policy.pipeline import DecisionPipeline
 from app.policy.registry import (
     OWNER_SEP,
     ModelEntry,
@@ -52,7 +56,6 @@ from app.policy.registry import (
     qualified,
     version_key,
 )
-from app.policy.selector import DecisionRequest as PipelineRequest
 from app.services.errors import TooManyRequestsError
 from app.settings import Settings
 
@@ -60,17 +63,6 @@ logger = logging.getLogger(__name__)
 
 Health = Literal["ok", "degraded", "down"]
 Policy = OrderingPolicy | RankingPolicy | SteppingPolicy
-
-
-class FallbackReason(StrEnum):
-    #: the named policy (or version) is not known to this process
-    POLICY_NOT_FOUND = "policy_not_found"
-    #: the policy raised while deciding
-    POLICY_ERROR = "policy_error"
-    #: the primary did not answer before the request's deadline
-    DEADLINE_EXCEEDED = "deadline_exceeded"
-    #: the primary's decision broke an invariant (over-allocation, duplicate job, ...)
-    INVALID_DECISION = "invalid_decision"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,23 +81,6 @@ class DecisionSpec:
     #: the tenant whose uploads ``policy`` and ``shadow_policy`` may name; None: only heuristics
     #: and shipped models (ADR 0088)
     tenant: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ShadowOutcome:
-    policy: str
-    allocations: tuple[Allocation, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionOutcome:
-    decision: Decision
-    #: who decided: the primary, or the fallback when ``fallback_used``
-    policy: PolicyRef
-    fallback_used: bool
-    fallback_reason: str | None
-    latency_ms: float
-    shadow: ShadowOutcome | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,17 +374,17 @@ def gate_from_settings(settings: Settings) -> DecisionGate:
 class DecisionService:
     """Computes decisions; one instance per process, built in ``lifespan``.
 
-    The pipeline replaces the internals (``_resolve``, ``_run``) with the ONNX runtime and the
-    micro-batcher; ``decide``, ``policies``, ``get_policy``, ``knows`` and ``health`` are the
-    interface the API and services rely on; the catalogue is per tenant (ADR 0088).
+    The pipeline (ONNX runtime, fallback chain, micro-batcher, Redis workers) decides;
+    ``decide``, ``policies``, ``get_policy``, ``knows`` and ``health`` are the interface the API
+    and services rely on; the catalogue is per tenant (ADR 0088).
     """
 
     def __init__(
         self,
         *,
         default_deadline_s: float,
+        pipeline: DecisionPipeline,
         max_threads: int = 4,
-        pipeline: DecisionPipeline | None = None,
         gate: DecisionGate | None = None,
     ) -> None:
         self.default_deadline_s = default_deadline_s
@@ -417,20 +392,18 @@ class DecisionService:
         self.gate = gate if gate is not None else DecisionGate(0)
         self._limiter = anyio.CapacityLimiter(max_threads)
         self._observers: list[Callable[[DecisionOutcome], None]] = []
-        #: the decision pipeline (ONNX models, batching, Redis); None: heuristics in a thread
+        #: the decision pipeline (ONNX models, batching, Redis)
         self.pipeline = pipeline
         #: the catalogue of the registry's last generation seen
         self._policies: _Catalogue | None = None
 
     async def start(self) -> None:
-        """Load policies, connect transports. Heuristics need nothing."""
-        if self.pipeline is not None:
-            await self.pipeline.start()
+        """Load policies, connect transports."""
+        await self.pipeline.start()
 
     async def close(self) -> None:
         """Release what ``start`` acquired."""
-        if self.pipeline is not None:
-            await self.pipeline.close()
+        await self.pipeline.close()
 
     def add_observer(self, observer: Callable[[DecisionOutcome], None]) -> None:
         """Called with every outcome (metrics)."""
@@ -443,7 +416,7 @@ class DecisionService:
 
     def _catalogue(self) -> _Catalogue:
         # asked on every decide (``knows``): rebuilt only when the registry changed
-        generation = -1 if self.pipeline is None else self.pipeline.registry.generation
+        generation = self.pipeline.registry.generation
         cached = self._policies
         if cached is None or cached.generation != generation:
             infos = self._list_policies()
@@ -465,8 +438,6 @@ class DecisionService:
             )
             for name in HEURISTIC_CLASSES
         ]
-        if self.pipeline is None:
-            return heuristics
         return heuristics + [_info(e) for e in self.pipeline.registry.entries()]
 
     def policies(self, tenant: str | None) -> list[PolicyInfo]:
@@ -517,10 +488,8 @@ class DecisionService:
 
         Raises ``app.policy.onnx_policy.PolicyRefusedError`` (with its reason),
         ``app.policy.registry.ReservedNameError`` (a heuristic's or shipped model's name) or
-        ``app.policy.registry.ModelExistsError``; ``RuntimeError`` without a pipeline.
+        ``app.policy.registry.ModelExistsError``.
         """
-        if self.pipeline is None:
-            raise RuntimeError("this service has no model registry")
         registry = self.pipeline.registry
         return await anyio.to_thread.run_sync(
             lambda: registry.prepare(model, card, tenant=tenant, reserved=self._reserved())
@@ -528,8 +497,6 @@ class DecisionService:
 
     async def commit_policy(self, prepared: PreparedModel, *, tenant: str) -> PolicyInfo:
         """Store a prepared upload; ``ModelExistsError`` if its name@version appeared since."""
-        if self.pipeline is None:
-            raise RuntimeError("this service has no model registry")
         entry = await anyio.to_thread.run_sync(self.pipeline.registry.commit, prepared)
         info = self.get_policy(f"{entry.name}@{entry.version}", tenant)
         assert info is not None
@@ -551,8 +518,6 @@ class DecisionService:
 
     def health(self) -> dict[str, Health]:
         """``queue`` and ``policies`` parts of ``/readyz``."""
-        if self.pipeline is None:
-            return {"queue": "ok", "policies": "ok"}
         return {"queue": self.pipeline.queue_health(), "policies": "ok"}
 
     # -- deciding ------------------------------------------------------------------------------
@@ -607,26 +572,8 @@ class DecisionService:
             backfill=spec.backfill, placement=spec.placement, explain=spec.explain
         )
         deadline = self.default_deadline_s if deadline_s is None else deadline_s
-        if self.pipeline is not None:
-            decision, reason, shadow = await self._via_pipeline(
-                state, spec, config, deadline, request_id
-            )
-        else:
-            primary, why = await self._primary(state, spec.policy, config, deadline, request_id)
-            if primary is None:
-                primary = await self._fallback(state, spec.fallback, config, request_id)
-            decision, reason = primary, None if why is None else str(why)
-            shadow = None
-            if spec.shadow_policy is not None:
-                shadow = await self._shadow(state, spec.shadow_policy, config)
-        outcome = DecisionOutcome(
-            decision=decision,
-            policy=decision.policy,
-            fallback_used=reason is not None,
-            fallback_reason=None if reason is None else str(reason),
-            latency_ms=(time.perf_counter() - started) * 1000.0,
-            shadow=shadow,
-        )
+        outcome = await self._via_pipeline(state, spec, config, deadline, request_id)
+        outcome = replace(outcome, latency_ms=(time.perf_counter() - started) * 1000.0)
         for observer in self._observers:
             observer(outcome)
         return outcome
@@ -638,12 +585,12 @@ class DecisionService:
         config: DecisionConfig,
         deadline_s: float,
         request_id: str,
-    ) -> tuple[Decision, str | None, ShadowOutcome | None]:
-        """The pipeline decides (ONNX or heuristic, batched, maybe on a worker; ADR 0042)."""
-        assert self.pipeline is not None
+    ) -> DecisionOutcome:
+        """The pipeline decides (ONNX or heuristic, batched, maybe on a worker; ADR 0042); an
+        error or a decision that breaks an invariant is replaced by the fallback's here."""
         shadow_name = spec.shadow_policy
         result = await self.pipeline.decide(
-            PipelineRequest(
+            DecisionRequest(
                 request_id=request_id,
                 state=state,
                 config=config,
@@ -653,71 +600,42 @@ class DecisionService:
                 deadline=time.time() + deadline_s,
             )
         )
-        reason: str | None = None if result.fallback_reason is None else str(result.fallback_reason)
+        reason, detail = result.fallback_reason, result.fallback_detail
         decision: Decision | None = result.decision
         if decision is None:
             logger.error("request %s: %s: %s", request_id, result.error_type, result.error)
-            reason = str(FallbackReason.POLICY_ERROR)
-        elif check_decision(state, decision):
-            logger.error("request %s: %s broke invariants", request_id, decision.policy)
-            reason, decision = str(FallbackReason.INVALID_DECISION), None
+            reason, detail = FallbackReason.POLICY_ERROR, result.error
+        elif problems := check_decision(state, decision):
+            logger.error(
+                "request %s: %s broke invariants: %s", request_id, decision.policy.name, problems
+            )
+            reason, detail, decision = FallbackReason.INVALID_DECISION, "; ".join(problems), None
         if decision is None:
             decision = await self._fallback(state, spec.fallback, config, request_id)
         shadow = None
-        shadow_decision = None if result.shadow is None else result.shadow.decision
-        if shadow_name is not None and shadow_decision is not None:
+        if shadow_name is not None and result.shadow is not None:
             # stored under the name the cluster gave, not the registry's qualified spec
-            shadow = ShadowOutcome(shadow_name, shadow_decision.allocations)
-        return decision, reason, shadow
-
-    async def _primary(
-        self,
-        state: ClusterState,
-        name: str,
-        config: DecisionConfig,
-        deadline_s: float,
-        request_id: str,
-    ) -> tuple[Decision | None, FallbackReason | None]:
-        policy = self._resolve(name)
-        if policy is None:
-            return None, FallbackReason.POLICY_NOT_FOUND
-        try:
-            with anyio.fail_after(deadline_s):
-                decision = await self._run(state, policy, config)
-        except TimeoutError:
-            return None, FallbackReason.DEADLINE_EXCEEDED
-        except Exception:
-            logger.exception("policy %s failed on request %s", name, request_id)
-            return None, FallbackReason.POLICY_ERROR
-        problems = check_decision(state, decision)
-        if problems:
-            logger.error("policy %s broke invariants on %s: %s", name, request_id, problems)
-            return None, FallbackReason.INVALID_DECISION
-        return decision, None
+            shadow = replace(result.shadow, policy=shadow_name)
+        return DecisionOutcome(
+            request_id=request_id,
+            decision=decision,
+            fallback_used=reason is not None,
+            fallback_reason=reason,
+            fallback_detail=detail,
+            shadow=shadow,
+            batch_size=result.batch_size,
+        )
 
     async def _fallback(
         self, state: ClusterState, name: str, config: DecisionConfig, request_id: str
     ) -> Decision:
-        policy = self._resolve(name) or get_heuristic("fcfs")
+        policy = self._resolve(name) or get_heuristic(DEFAULT_FALLBACK)
         decision = await self._run(state, policy, config)
         problems = check_decision(state, decision)
         if problems:  # never apply an unsafe decision; an empty one is always safe
             logger.error("fallback %s broke invariants on %s: %s", name, request_id, problems)
             return Decision((), (), len(state.pending), policy.ref)
         return decision
-
-    async def _shadow(
-        self, state: ClusterState, name: str, config: DecisionConfig
-    ) -> ShadowOutcome | None:
-        policy = self._resolve(name)
-        if policy is None:
-            return None
-        try:
-            decision = await self._run(state, policy, config)
-        except Exception:
-            logger.exception("shadow policy %s failed", name)
-            return None
-        return ShadowOutcome(policy=name, allocations=decision.allocations)
 
 
 def allocations_json(allocations: Sequence[Allocation]) -> list[dict[str, Any]]:

@@ -20,9 +20,10 @@ from app.domains.hpc.encoding import FEATURE_SCHEMA_VERSION
 from app.domains.hpc.metrics import avg_bounded_slowdown
 from app.domains.hpc.swf import load_swf
 from app.domains.hpc.types import Backfill, ClusterState, Job, Node
+from app.outcomes import DecisionRequest
 from app.policy.onnx_policy import OnnxRankingPolicy
 from app.policy.registry import PolicyRegistry
-from app.policy.selector import DecisionRequest, decide_many
+from app.policy.selector import decide_many
 from sim.engine import run_sequence
 from training.es import NumpyRanker, Shapes
 

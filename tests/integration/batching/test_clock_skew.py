@@ -18,7 +18,8 @@ from app.batching.redis_clock import RedisClock
 from app.batching.redis_transport import RedisQueue, RedisWorker, StreamKeys, WorkerOptions
 from app.batching.wire import request_to_json
 from app.domains.hpc.types import ClusterState, Job, Node
-from app.policy.selector import DecisionOutcome, DecisionRequest, Deliver, Wanted, decide_many
+from app.outcomes import DecisionOutcome, DecisionRequest, Deliver, Wanted
+from app.policy.selector import decide_many
 from tests.integration.batching.harness import RedisServer, free_port
 
 pytestmark = pytest.mark.redis

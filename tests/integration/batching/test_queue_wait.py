@@ -14,7 +14,8 @@ import redis.asyncio as aioredis
 from app.batching.redis_transport import RedisQueue, StreamKeys
 from app.batching.wire import outcome_to_json
 from app.domains.hpc.types import ClusterState, Job, Node
-from app.policy.selector import DecisionRequest, decide_many
+from app.outcomes import DecisionRequest
+from app.policy.selector import decide_many
 from tests.integration.batching.harness import RedisServer
 
 pytestmark = pytest.mark.redis

@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
-from app.policy.selector import DecisionOutcome, DecisionRequest, Deliver, Wanted
+from app.outcomes import DecisionOutcome, DecisionRequest, Deliver, Wanted
 from tests.integration.batching.harness import RedisServer
 
 

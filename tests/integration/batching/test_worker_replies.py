@@ -15,10 +15,11 @@ import redis.asyncio as aioredis
 
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
 from app.batching.wire import outcome_from_json, request_to_json
-from app.batching.worker import batch_decider
 from app.domains.hpc.types import ClusterState, Job, Node
+from app.outcomes import DecisionOutcome, DecisionRequest, Deliver, Wanted
 from app.policy.registry import PolicyRegistry
-from app.policy.selector import DecisionOutcome, DecisionRequest, Deliver, Wanted, decide_many
+from app.policy.selector import decide_many
+from app.policy.worker import batch_decider
 from tests.integration.batching.harness import RedisServer
 
 pytestmark = pytest.mark.redis

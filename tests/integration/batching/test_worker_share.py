@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import redis.asyncio as aioredis
 
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
-from app.policy.selector import DecisionOutcome, DecisionRequest, Deliver, Wanted
+from app.outcomes import DecisionOutcome, DecisionRequest, Deliver, Wanted
 from tests.integration.batching.harness import RedisServer
 
 

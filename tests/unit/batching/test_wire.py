@@ -27,7 +27,7 @@ from app.domains.hpc.types import (
     PlacementStrategy,
     RunningJob,
 )
-from app.policy.selector import DecisionOutcome, DecisionRequest, FallbackReason, ShadowOutcome
+from app.outcomes import DecisionOutcome, DecisionRequest, FallbackReason, ShadowOutcome
 
 
 def _state() -> ClusterState:

@@ -14,6 +14,7 @@ from app.domains.hpc.decision import DecisionConfig, DecisionRun, decide
 from app.domains.hpc.encoding import encode_view, rank_rows
 from app.domains.hpc.policy import RankingPolicy, SteppingPolicy, StepView
 from app.domains.hpc.types import Backfill, ClusterState, Job, Node, Placement, RunningJob
+from app.outcomes import ABANDONED, DecisionRequest, FallbackReason
 from app.policy.onnx_policy import (
     OnnxPolicy,
     OnnxRankingPolicy,
@@ -21,7 +22,7 @@ from app.policy.onnx_policy import (
     RefusalReason,
 )
 from app.policy.registry import PolicyRegistry
-from app.policy.selector import ABANDONED, DecisionRequest, FallbackReason, decide_many
+from app.policy.selector import decide_many
 from tests.fixtures import onnx_models as m
 
 

@@ -14,11 +14,12 @@ import logging
 import signal
 from collections.abc import Callable, Sequence
 
-from app.batching.pipeline import pipeline_from_settings, report_policies
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
 from app.gc_tuning import freeze_startup_heap, thaw
+from app.outcomes import DecisionOutcome, DecisionRequest, Deliver, Wanted
+from app.policy.pipeline import pipeline_from_settings, report_policies
 from app.policy.registry import PolicyRegistry, watching
-from app.policy.selector import DecisionOutcome, DecisionRequest, Deliver, Wanted, decide_many
+from app.policy.selector import decide_many
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)

@@ -29,16 +29,10 @@ from typing import Literal
 from app.batching.batcher import BatchControl, BatcherClosedError, MicroBatcher
 from app.batching.redis_transport import QueueUnavailableError, RedisQueue, StreamKeys
 from app.domains.hpc.heuristics import HEURISTIC_CLASSES
+from app.outcomes import DecisionOutcome, DecisionRequest, FallbackReason
 from app.policy.onnx_policy import RuntimeOptions
 from app.policy.registry import PACKAGED_MODELS, PolicyRegistry, split_name, watching
-from app.policy.selector import (
-    DEFAULT_FALLBACK_RESERVE_S,
-    DecisionOutcome,
-    DecisionRequest,
-    FallbackReason,
-    decide_many,
-    fallback_outcome,
-)
+from app.policy.selector import DEFAULT_FALLBACK_RESERVE_S, decide_many, fallback_outcome
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
