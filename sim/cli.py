@@ -86,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sim.dag_evaluate import main as dag_main
 
         return dag_main(args_in)
+    if "--domain=gpu" in args_in or " --domain gpu " in f" {' '.join(args_in)} ":
+        from sim.gpu_evaluate import main as gpu_main
+
+        return gpu_main(args_in)
     parser = build_parser()
     args = parser.parse_args(args_in)
     policies = _checked(parser, args)
