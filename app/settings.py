@@ -31,8 +31,15 @@ class Settings(BaseSettings):
     API_KEYS: str | None = None
     #: Largest accepted request body (a 10,000-job batch is about 2 MB).
     MAX_BODY_BYTES: int = Field(default=8 * 1024 * 1024, gt=0)
-    #: Deadline for the primary policy of one decision; past it the fallback heuristic decides.
+    #: Deadline for the primary policy of one decision that names none (``deadline_ms``); past
+    #: it the fallback heuristic decides. It grows with the snapshot: a decision on N nodes, P
+    #: pending and R running jobs gets ``DEFAULT_DEADLINE_MS + DEADLINE_MS_PER_1K_ITEMS * (N + P
+    #: + R) / 1000`` (``default_deadline_ms``): 58 ms for 16 nodes x 64 jobs, 1.55 s for 5,000
+    #: nodes x 10,000 jobs with the defaults.
     DEFAULT_DEADLINE_MS: float = Field(default=50.0, gt=0)
+    #: The default deadline's growth per 1,000 nodes and jobs of the snapshot (0: a fixed
+    #: DEFAULT_DEADLINE_MS).
+    DEADLINE_MS_PER_1K_ITEMS: float = Field(default=100.0, ge=0)
     #: Decisions one process works on at once (``/v1/decide``, ``/schedule``); one more is
     #: refused with 429 ``overloaded`` and ``Retry-After`` instead of queueing (ADR 0075).
     #: 0: no limit.
@@ -129,6 +136,11 @@ class Settings(BaseSettings):
                 f"KAIROS_ADMISSION_INITIAL_LIMIT ({self.ADMISSION_INITIAL_LIMIT})"
             )
         return self
+
+    def default_deadline_ms(self, items: int) -> float:
+        """The deadline of a decision on a snapshot of ``items`` nodes and jobs (pending and
+        running) that names none: DEFAULT_DEADLINE_MS + DEADLINE_MS_PER_1K_ITEMS per 1,000."""
+        return self.DEFAULT_DEADLINE_MS + self.DEADLINE_MS_PER_1K_ITEMS * max(0, items) / 1000.0
 
     def default_policy_for(self, backfill: str) -> str:
         """The policy of a cluster or decide call that names none, given its backfilling mode."""

@@ -15,7 +15,11 @@ from app.kernel.domain import Domain
 __all__ = ["DEFAULT_DOMAIN", "UnknownDomainError", "domain_names", "get_domain"]
 
 #: domain name -> the module that defines its ``DOMAIN``
-_MODULES: Final = {"hpc": "app.domains.hpc.domain", "dag": "app.domains.dag.domain"}
+_MODULES: Final = {
+    "hpc": "app.domains.hpc.domain",
+    "dag": "app.domains.dag.domain",
+    "gpu": "app.domains.gpu.domain",
+}
 
 DEFAULT_DOMAIN: Final = "hpc"
 

@@ -15,11 +15,12 @@ cluster never see the same pending job or the same free capacity.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
+import time
 import uuid
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,13 +28,15 @@ from sqlalchemy.exc import IntegrityError
 
 from app.db.decision_writer import DecisionWriter, DuplicateRequestError
 from app.db.engine import backend_unavailable
-from app.db.orm import ClusterRecord, DecisionRecord, JobRecord, NodeRecord
+from app.db.orm import ClusterRecord, DecisionRecord
 from app.db.repositories.decision_repository import DecisionRepository
-from app.db.repositories.job_repository import JobRepository
-from app.db.repositories.node_repository import NodeRepository
+from app.db.repositories.job_repository import JobRepository, JobRow, JobStart, job_rows, start_jobs
+from app.db.repositories.node_repository import NodeRow, node_rows, set_allocated
+from app.domains.hpc.codec import state_to_json
 from app.domains.hpc.types import (
     Backfill,
     ClusterState,
+    Decision,
     Job,
     JobState,
     Node,
@@ -51,14 +54,11 @@ from app.services.amounts import check_snapshot_amounts
 from app.services.clusters import require_cluster
 from app.services.context import Ctx
 from app.services.convert import (
-    add,
+    clean,
     decision_read,
     finite_json,
     job_from_spec,
-    node_from_record,
-    placement_demand,
     placements_of,
-    running_from_record,
 )
 from app.services.decision import (
     DecisionService,
@@ -66,6 +66,7 @@ from app.services.decision import (
     InvalidSnapshotError,
     allocations_json,
 )
+from app.services.decisions import SNAPSHOT_CODEC, SNAPSHOT_CODEC_KEY
 from app.services.dependencies import check_snapshot_dependencies
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
 from app.settings import Settings
@@ -82,48 +83,13 @@ def new_request_id() -> str:
 
 
 def snapshot_json(state: ClusterState, spec: DecisionSpec) -> dict[str, Any]:
-    """The decision's input, in ``/v1/decide`` request shape (so it can be replayed).
-
-    Resource amounts in a snapshot are floats already (validated bodies, cleaned records),
-    so mappings are copied as they are.
-    """
-
-    def job_json(job: Job) -> dict[str, Any]:
-        return {
-            "id": job.id,
-            "tasks": job.tasks,
-            "per_task": dict(job.per_task),
-            "walltime_s": job.walltime_s,
-            "submit_time": job.submit_time,
-            "priority": job.priority,
-            "user": job.user,
-            "queue": job.queue,
-            "depends_on": list(job.depends_on),
-            "labels": dict(job.labels),
-        }
-
+    """The decision's stored input: the snapshot in the HPC codec's form
+    (:func:`~app.domains.hpc.codec.state_to_json`) under ``state``, beside what it was decided
+    with. :func:`app.services.decisions.replayable_input` gives it back in ``/v1/decide``
+    request shape."""
     return {
-        "now": state.now,
-        "nodes": [
-            {
-                "id": n.id,
-                "capacity": dict(n.capacity),
-                "allocated": dict(n.allocated),
-                "state": n.state.value,
-                "labels": dict(n.labels),
-            }
-            for n in state.nodes
-        ],
-        "running": [
-            {
-                "job": job_json(r.job),
-                "placements": [{"node_id": p.node_id, "tasks": p.tasks} for p in r.placements],
-                "start_time": r.start_time,
-            }
-            for r in state.running
-        ],
-        "pending": [job_json(j) for j in state.pending],
-        "finished": sorted(state.finished),
+        SNAPSHOT_CODEC_KEY: SNAPSHOT_CODEC,
+        "state": state_to_json(state),
         "policy": spec.policy,
         "fallback": spec.fallback,
         "backfill": spec.backfill.value,
@@ -143,6 +109,7 @@ def decision_record(
     dry_run: bool,
 ) -> DecisionRecord:
     d = outcome.decision
+    assert d is not None  # the service always answers with a decision
     assert d is not None  # the service always answers with a decision
     return DecisionRecord(
         id=new_decision_id(),
@@ -174,9 +141,11 @@ def decision_record(
 
 
 async def _store(ctx: Ctx, record: DecisionRecord) -> None:
+    """Insert the decision (one core ``INSERT``, in a SAVEPOINT: a duplicate ``request_id`` is
+    a 409 and leaves the transaction usable)."""
     try:
         async with ctx.session.begin_nested():
-            await DecisionRepository(ctx.session).add(record)
+            await DecisionRepository(ctx.session).insert(record)
     except IntegrityError:
         raise ConflictError(
             f"request {record.request_id!r} was already decided", code="duplicate_request"
@@ -213,14 +182,17 @@ async def _decide(
 # -- stateful: /v1/clusters/{id}/schedule ----------------------------------------------------------
 
 
-def _running_use(running: Sequence[JobRecord]) -> dict[str, dict[str, float]]:
+def _running_use(running: Sequence[JobRow]) -> dict[str, dict[str, float]]:
     """Per node, what the running jobs' placements hold (``per_task`` x tasks)."""
     use: dict[str, dict[str, float]] = {}
     for job in running:
+        per_task = job.spec["per_task"]
         for p in placements_of(job.placements):
-            use[p.node_id] = add(
-                use.get(p.node_id, {}), placement_demand(job.spec["per_task"], p.tasks)
-            )
+            held = use.get(p.node_id)
+            if held is None:
+                held = use[p.node_id] = {}
+            for name, v in per_task.items():
+                held[name] = held.get(name, 0.0) + float(v) * p.tasks
     return use
 
 
@@ -232,84 +204,123 @@ def _drifted(allocated: Mapping[str, float], used: Mapping[str, float]) -> bool:
     )
 
 
-def _node_view(record: NodeRecord, used: Mapping[str, float]) -> Node:
-    """The node as a round sees it: allocated is what its running jobs hold, and its capacity is
-    at least that (nothing new fits on a node running more than its capacity)."""
-    node = node_from_record(record)
-    allocated = {k: float(v) for k, v in used.items()}
-    capacity = {k: float(v) for k, v in record.capacity.items()}  # not lifted to the stale value
-    for name, a in allocated.items():
-        capacity[name] = max(capacity.get(name, 0.0), a)
-    return dataclasses.replace(node, capacity=capacity, allocated=allocated)
+def _node(row: NodeRow, allocated: Mapping[str, float]) -> Node:
+    """The node as a round sees it, holding ``allocated``: its capacity is at least that
+    (nothing new fits on a node running more than its capacity, and the snapshot stays
+    consistent until the running jobs end)."""
+    capacity = {k: float(v) for k, v in row.capacity.items()}
+    held = {k: float(v) for k, v in allocated.items()}
+    for name, a in held.items():
+        if a > capacity.get(name, 0.0):
+            capacity[name] = a
+    return Node(
+        id=row.id,
+        capacity=capacity,
+        allocated=held,
+        state=NodeState(row.state),
+        labels=dict(row.labels),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class _Loaded:
     state: ClusterState
-    nodes: list[NodeRecord]
-    pending: dict[str, JobRecord]
+    nodes: list[NodeRow]
+    pending: dict[str, JobRow]
     #: the nodes whose stored ``allocated`` differs from what their running jobs hold, with it
     drift: dict[str, dict[str, float]]
 
 
 async def _load_state(ctx: Ctx, cluster: ClusterRecord, now: float) -> _Loaded:
-    """The round's snapshot. Node allocations are derived from the running jobs' placements,
-    the source of truth that ``allocated`` caches: a stored allocation that drifted from them
-    can neither wedge the cluster (an inconsistent snapshot) nor hide capacity in use."""
-    nodes = await NodeRepository(ctx.session).all(cluster.pk)
-    jobs = JobRepository(ctx.session)
-    active = await jobs.in_states(cluster.pk, [JobState.PENDING.value, JobState.RUNNING.value])
+    """The round's snapshot, read as rows (no ORM objects). Node allocations are derived from
+    the running jobs' placements, the source of truth that ``allocated`` caches: a stored
+    allocation that drifted from them can neither wedge the cluster (an inconsistent snapshot)
+    nor hide capacity in use."""
+    nodes = await node_rows(ctx.session, cluster.pk)
+    active = await job_rows(
+        ctx.session, cluster.pk, [JobState.PENDING.value, JobState.RUNNING.value]
+    )
     pending = [j for j in active if j.state == JobState.PENDING]
     running = [j for j in active if j.state == JobState.RUNNING]
-    wanted = sorted({d for j in pending for d in j.spec.get("depends_on", [])})
-    finished = await jobs.ids_in_state(cluster.pk, JobState.FINISHED.value, wanted)
+    wanted = sorted({d for j in pending for d in j.spec.get("depends_on", ())})
+    finished = await JobRepository(ctx.session).ids_in_state(
+        cluster.pk, JobState.FINISHED.value, wanted
+    )
     use = _running_use(running)
     drift = {n.id: use.get(n.id, {}) for n in nodes if _drifted(n.allocated, use.get(n.id, {}))}
     state = ClusterState(
         now=now,
-        nodes=tuple(
-            _node_view(n, drift[n.id]) if n.id in drift else node_from_record(n) for n in nodes
+        nodes=tuple(_node(n, drift.get(n.id, n.allocated)) for n in nodes),
+        running=tuple(
+            RunningJob(
+                job=job_from_spec(j.spec),
+                placements=placements_of(j.placements),
+                start_time=float(j.start_time or 0.0),
+            )
+            for j in running
         ),
-        running=tuple(running_from_record(j) for j in running),
         pending=tuple(job_from_spec(j.spec) for j in pending),
         finished=frozenset(finished),
     )
     return _Loaded(state, nodes, {j.id: j for j in pending}, drift)
 
 
-def _repair(cluster: ClusterRecord, nodes: Sequence[NodeRecord], drift: Mapping[str, Any]) -> None:
-    """Store what the running jobs hold as the drifted nodes' allocations."""
-    for node in nodes:
-        if node.id in drift:
-            logger.warning(
-                "cluster %s node %s: allocated %s, running jobs hold %s; stored the latter",
-                cluster.id,
-                node.id,
-                node.allocated,
-                drift[node.id],
-            )
-            node.allocated = dict(drift[node.id])
-
-
-def _apply(
-    outcome: DecisionOutcome,
-    record: DecisionRecord,
+async def _apply(
+    ctx: Ctx,
+    cluster: ClusterRecord,
+    loaded: _Loaded,
+    decision: Decision,
+    decision_id: str,
     now: float,
-    nodes: Sequence[NodeRecord],
-    pending: dict[str, JobRecord],
 ) -> None:
-    by_id = {n.id: n for n in nodes}
-    assert outcome.decision is not None  # the service always answers with a decision
-    for alloc in outcome.decision.allocations:
-        job = pending[alloc.job_id]
-        job.state = JobState.RUNNING.value
-        job.placements = [{"node_id": p.node_id, "tasks": p.tasks} for p in alloc.placements]
-        job.start_time = now
-        job.end_time = None
-        job.decision_id = record.id
+    """Start the allocated jobs and store the nodes' new allocations (the drifted nodes' ones
+    repaired to what their running jobs hold), each in one executemany."""
+    held: dict[str, dict[str, float]] = {}
+    for node_id, used in loaded.drift.items():
+        logger.warning(
+            "cluster %s node %s: running jobs hold %s, not the stored allocation; stored theirs",
+            cluster.id,
+            node_id,
+            used,
+        )
+        held[node_id] = dict(used)
+    by_id = {n.id: n for n in loaded.nodes}
+    starts: list[JobStart] = []
+    for alloc in decision.allocations:
+        job = loaded.pending[alloc.job_id]
+        per_task = job.spec["per_task"]
+        starts.append(
+            JobStart(job.pk, [{"node_id": p.node_id, "tasks": p.tasks} for p in alloc.placements])
+        )
         for p in alloc.placements:
-            node = by_id[p.node_id]
-            node.allocated = add(node.allocated, placement_demand(job.spec["per_task"], p.tasks))
+            node = held.get(p.node_id)
+            if node is None:
+                node = held[p.node_id] = clean(by_id[p.node_id].allocated)
+            for name, v in per_task.items():
+                node[name] = node.get(name, 0.0) + float(v) * p.tasks
+    await start_jobs(ctx.session, starts, start_time=now, decision_id=decision_id)
+    await set_allocated(ctx.session, {by_id[node_id].pk: a for node_id, a in held.items()})
+
+
+@dataclass(slots=True)
+class RoundTimings:
+    """Where one round's time went (filled when :data:`round_timings` holds one): reading the
+    snapshot, deciding (the policy with its fallback chain), and storing the decision and its
+    allocations; seconds."""
+
+    load_s: float = 0.0
+    decide_s: float = 0.0
+    persist_s: float = 0.0
+
+
+#: Set to a :class:`RoundTimings` to have the next round in this context fill it (benchmarks).
+round_timings: ContextVar[RoundTimings | None] = ContextVar("kairos_round_timings", default=None)
+
+
+def _deadline_ms(body_ms: float | None, settings: Settings, state: ClusterState) -> float:
+    if body_ms is not None:
+        return body_ms
+    return settings.default_deadline_ms(len(state.nodes) + len(state.pending) + len(state.running))
 
 
 async def schedule_cluster(
@@ -326,6 +337,8 @@ async def schedule_cluster(
             f"unknown policy {body.policy!r}",
             details=[ErrorItem("body.policy", "unknown policy", "unknown")],
         )
+    timings = round_timings.get()
+    started = time.perf_counter()
     cluster = await require_cluster(ctx, cluster_id, lock=True)
     now = body.now if body.now is not None else epoch_now()
     loaded = await _load_state(ctx, cluster, now)
@@ -340,14 +353,16 @@ async def schedule_cluster(
         tenant=ctx.tenant,
     )
     request_id = request_id or new_request_id()
+    loaded_at = time.perf_counter()
     outcome = await _decide(
         decisions,
         state,
         spec,
         request_id,
-        body.deadline_ms or settings.DEFAULT_DEADLINE_MS,
+        _deadline_ms(body.deadline_ms, settings, state),
         field_prefix="cluster.",
     )
+    decided_at = time.perf_counter()
     record = decision_record(
         tenant=ctx.tenant,
         cluster=cluster,
@@ -357,12 +372,16 @@ async def schedule_cluster(
         request_id=request_id,
         dry_run=body.dry_run,
     )
+    record.created_at = utc_now()
     await _store(ctx, record)
-    if not body.dry_run:
-        _repair(cluster, loaded.nodes, loaded.drift)
-        _apply(outcome, record, now, loaded.nodes, loaded.pending)
-        await ctx.session.flush()
-    return decision_read(record)
+    if not body.dry_run and outcome.decision is not None:
+        await _apply(ctx, cluster, loaded, outcome.decision, record.id, now)
+    answer = decision_read(record)
+    if timings is not None:
+        timings.load_s = loaded_at - started
+        timings.decide_s = decided_at - loaded_at
+        timings.persist_s = time.perf_counter() - decided_at
+    return answer
 
 
 # -- stateless: /v1/decide -------------------------------------------------------------------------
@@ -431,6 +450,8 @@ async def decide_snapshot(
     the decision is answered with ``stored: false``: it is not known to be in the log, and a
     retry can never make it two stored decisions for one key (ADR 0087).
     """
+    timings = round_timings.get()
+    started = time.perf_counter()
     problems = []
     for field, name in (("policy", body.policy), ("fallback", body.fallback)):
         if name is not None and not decisions.knows(name, tenant):
@@ -452,14 +473,19 @@ async def decide_snapshot(
         tenant=tenant,
     )
     request_id = request_id or new_request_id()
+    loaded_at = time.perf_counter()
     outcome = await _decide(
         decisions,
         state,
         spec,
         request_id,
-        body.deadline_ms or settings.DEFAULT_DEADLINE_MS,
+        _deadline_ms(body.deadline_ms, settings, state),
         field_prefix="body.",
     )
+    decided_at = time.perf_counter()
+    if timings is not None:
+        timings.load_s = loaded_at - started
+        timings.decide_s = decided_at - loaded_at
     record = decision_record(
         tenant=tenant,
         cluster=None,
@@ -483,4 +509,7 @@ async def decide_snapshot(
             raise
         logger.warning("decision %s answered unstored: database unavailable: %r", record.id, exc)
         return decision_read(record).model_copy(update={"stored": False})
-    return decision_read(record)
+    answer = decision_read(record)
+    if timings is not None:
+        timings.persist_s = time.perf_counter() - decided_at
+    return answer

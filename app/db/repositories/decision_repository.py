@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from typing import cast
+
+from sqlalchemy import Table, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import DecisionRecord
 from app.db.repositories.pagination import PageResult, encode_cursor
+
+_DECISIONS = cast(Table, DecisionRecord.__table__)
+_COLUMNS = tuple(c.key for c in _DECISIONS.columns if c.key != "pk")
 
 
 class DecisionRepository:
@@ -17,6 +22,13 @@ class DecisionRepository:
         self.session.add(record)
         await self.session.flush()
         return record
+
+    async def insert(self, record: DecisionRecord) -> None:
+        """Insert ``record``'s row with one core ``INSERT`` (the record stays transient: a
+        round's decision is written once and never changed through the session)."""
+        await self.session.execute(
+            insert(_DECISIONS), {name: getattr(record, name) for name in _COLUMNS}
+        )
 
     async def get(self, tenant: str, decision_id: str) -> DecisionRecord | None:
         stmt = select(DecisionRecord).where(

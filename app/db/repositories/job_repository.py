@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+from typing import cast as type_cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, Text, cast, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.orm import JobEventRecord, JobRecord
+from app.db.repositories.bulk import update_by_pk
 from app.db.repositories.inserts import insert_missing
+from app.db.repositories.json_text import json_value
 from app.db.repositories.pagination import PageResult, encode_cursor
+from app.kernel.clock import utc_now
 
 _CHUNK = 5000
+_JOBS = type_cast(Table, JobRecord.__table__)
 
 
 class JobRepository:
@@ -83,3 +89,67 @@ class JobRepository:
         more = len(rows) > limit
         rows = rows[:limit]
         return PageResult(rows, encode_cursor(rows[-1].pk) if more and rows else None)
+
+
+@dataclass(slots=True)
+class JobRow:
+    """One job as a scheduling round reads it (no ORM object: a round reads every active job)."""
+
+    pk: int
+    id: str
+    state: str
+    spec: dict[str, Any]
+    placements: list[Any] | None
+    start_time: float | None
+
+
+async def job_rows(session: AsyncSession, cluster_pk: int, states: Sequence[str]) -> list[JobRow]:
+    """The cluster's jobs in ``states``, in ``pk`` (submission) order, JSON decoded in one pass."""
+    t = _JOBS
+    stmt = (
+        select(
+            t.c.pk,
+            t.c.id,
+            t.c.state,
+            cast(t.c.spec, Text),
+            cast(t.c.placements, Text),
+            t.c.start_time,
+        )
+        .where(t.c.cluster_pk == cluster_pk, t.c.state.in_(states))
+        .order_by(t.c.pk)
+    )
+    rows = (await session.execute(stmt)).all()
+    loads = json_value
+    return [
+        JobRow(pk, job_id, state, loads(spec), None if pl is None else loads(pl), start)
+        for pk, job_id, state, spec, pl, start in rows
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class JobStart:
+    """A pending job a round starts: its placements (``[{"node_id", "tasks"}]``)."""
+
+    pk: int
+    placements: list[dict[str, Any]]
+
+
+async def start_jobs(
+    session: AsyncSession, starts: Sequence[JobStart], *, start_time: float, decision_id: str
+) -> None:
+    """Mark each job running with its placements, start time and decision (one executemany)."""
+    if not starts:
+        return
+    await update_by_pk(
+        session,
+        _JOBS,
+        ("placements",),
+        [(s.placements, s.pk) for s in starts],
+        {
+            "state": "running",
+            "start_time": start_time,
+            "end_time": None,
+            "decision_id": decision_id,
+            "updated_at": utc_now(),
+        },
+    )

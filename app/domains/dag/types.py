@@ -52,7 +52,7 @@ class StageSpec:
     #: per-task duration estimate (s)
     task_duration_s: float
     depends_on: tuple[str, ...] = ()
-    per_task: Resources = field(default=DEFAULT_PER_TASK)
+    per_task: Resources = field(default_factory=lambda: DEFAULT_PER_TASK)
     max_parallelism: int | None = None
 
 
@@ -89,7 +89,7 @@ class DagClusterState:
     #: idle slots: the round's source
     free_slots: int
     dags: tuple[DagState, ...]
-    executor_capacity: Resources = field(default=DEFAULT_PER_TASK)
+    executor_capacity: Resources = field(default_factory=lambda: DEFAULT_PER_TASK)
     #: the DAG whose stage just released the free slots (the round's source job), if any
     trigger_dag: str | None = None
 

@@ -1,0 +1,1 @@
+"""GPU training jobs (Tiresias, Pollux, DL2): rigid and elastic gangs of GPUs on nodes."""
