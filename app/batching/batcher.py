@@ -17,6 +17,25 @@ items, like :func:`app.policy.selector.decide_many`, catch per item themselves).
 control a handler may answer an item as soon as it is done (``deliver``), before the rest of its
 batch, and may skip an item whose caller has given up (``wanted``: its wait timed out or was
 cancelled), so an abandoned request costs no work once its batch reaches it (ADR 0071).
+
+A caller may bound its wait in two stages (:meth:`MicroBatcher.submit`): ``queue_timeout_s``
+for its batch to start, then ``run_timeout_s`` from that start. The run bound counts silence,
+not work: while the handler keeps making progress on the batch (asks ``wanted`` or
+``deliver``s for any of its items) its callers keep waiting, so a large batch is not abandoned
+item by item while it is answering them; a handler silent for longer than ``run_timeout_s``
+plus the batch's expected work (:attr:`MicroBatcher.item_seconds` times its size) ends its
+callers' waits with :class:`BatchTimeoutError`.
+Each batch records the clock reading at its start (:attr:`BatchControl.started_at`), for
+handlers that give each item a budget counted from that start.
+Each batch also carries the batcher's measured cost per item
+(:attr:`MicroBatcher.item_seconds`, a moving average over the batches handled) as
+:attr:`BatchControl.item_seconds`: a handler whose work grows with its batch (one shared
+inference, then one walk per item) can tell how much of the batch's time goes to an item's
+batch-mates.
+
+The batcher counts what it dispatched (:attr:`MicroBatcher.batches`, :attr:`MicroBatcher.items`,
+:attr:`MicroBatcher.mean_batch`) and the waits that ended in the queue
+(:attr:`MicroBatcher.expired_in_queue`).
 """
 
 from __future__ import annotations
@@ -30,22 +49,42 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Generic, TypeVar, cast
+from typing import Generic, Literal, TypeVar, cast
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 BatchObserver = Callable[[int, float], None]
 
+#: weight of the newest batch in :attr:`MicroBatcher.item_seconds`
+COST_WEIGHT = 0.2
+
 
 class BatcherClosedError(RuntimeError):
     """Raised by :meth:`MicroBatcher.submit` once the batcher is stopped."""
+
+
+WaitStage = Literal["queue", "run"]
+
+
+class BatchTimeoutError(TimeoutError):
+    """A bounded :meth:`MicroBatcher.submit` wait ended: ``stage`` ``queue`` when its batch
+    did not start within ``queue_timeout_s``, ``run`` when its batch made no progress for
+    ``run_timeout_s``."""
+
+    def __init__(self, stage: WaitStage, seconds: float) -> None:
+        what = "its batch did not start" if stage == "queue" else "its batch made no progress"
+        super().__init__(f"{what} within {seconds * 1000.0:.0f} ms")
+        self.stage: WaitStage = stage
+        self.seconds = seconds
 
 
 @dataclass(slots=True)
 class _Pending(Generic[T, R]):
     item: T
     future: asyncio.Future[R]
+    run_timeout_s: float | None = None
+    timer: asyncio.TimerHandle | None = None
 
 
 class LoopHandover(Generic[R]):
@@ -133,18 +172,31 @@ class LoopHandover(Generic[R]):
 class BatchControl(Generic[R]):
     """What a batch handler may do with its batch's callers while it runs (in its thread)."""
 
-    __slots__ = ("_futures", "_handover")
+    __slots__ = ("_futures", "_handover", "item_seconds", "progressed_at", "started_at")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, futures: Sequence[asyncio.Future[R]]):
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        futures: Sequence[asyncio.Future[R]],
+        started_at: float = 0.0,
+        item_seconds: float = 0.0,
+    ):
         self._futures = futures
         self._handover: LoopHandover[R] = LoopHandover(loop, self._resolve_ready)
+        #: the batcher's clock when the batch started (on the loop, before the handler ran)
+        self.started_at = started_at
+        #: the batcher's measured handler seconds per item when the batch started
+        self.item_seconds = item_seconds
+        #: ``time.monotonic()`` of the handler's last call to :meth:`wanted` or :meth:`deliver`
+        self.progressed_at = time.monotonic()
 
     def wanted(self, index: int) -> bool:
         """False once item ``index``'s caller has its answer or gave up (cancelled, timed out).
 
         Reads the future's state from the handler's thread: a stale ``True`` only costs the
-        work the check would have saved.
+        work the check would have saved. Each call counts as progress of the batch.
         """
+        self.progressed_at = time.monotonic()
         return not self._futures[index].done()
 
     def deliver(self, index: int, result: R) -> None:
@@ -152,6 +204,7 @@ class BatchControl(Generic[R]):
 
         Handed to the loop through a :class:`LoopHandover` (one wake-up per burst).
         """
+        self.progressed_at = time.monotonic()
         self._handover.put(index, result)
 
     def _resolve_ready(self, ready: list[tuple[int, R]]) -> None:
@@ -175,6 +228,7 @@ class MicroBatcher(Generic[T, R]):
         on_batch: BatchObserver | None = None,
         concurrency: int = 1,
         adaptive_wait: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
@@ -189,6 +243,15 @@ class MicroBatcher(Generic[T, R]):
         self._on_batch = on_batch
         self._concurrency = concurrency
         self.adaptive_wait = adaptive_wait
+        #: read at each batch's start (:attr:`BatchControl.started_at`)
+        self.clock = clock
+        #: handler seconds per item, averaged over the batches handled (0 before the first)
+        self.item_seconds = 0.0
+        #: batches dispatched to the handler, and the items they held
+        self.batches = 0
+        self.items = 0
+        #: bounded waits that ended before their batch started
+        self.expired_in_queue = 0
         self._last_size = 0
         self._queue: asyncio.Queue[_Pending[T, R]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -198,6 +261,11 @@ class MicroBatcher(Generic[T, R]):
     def depth(self) -> int:
         """Requests waiting for a batch (not counting the ones being handled)."""
         return 0 if self._queue is None else self._queue.qsize()
+
+    @property
+    def mean_batch(self) -> float:
+        """Items per dispatched batch so far (0 before the first)."""
+        return self.items / self.batches if self.batches else 0.0
 
     @property
     def running(self) -> bool:
@@ -229,13 +297,58 @@ class MicroBatcher(Generic[T, R]):
                 if not pending.future.done():
                     pending.future.set_exception(BatcherClosedError("batcher stopped"))
 
-    async def submit(self, item: T) -> R:
-        """Queue ``item`` and wait for its result."""
+    async def submit(
+        self,
+        item: T,
+        *,
+        queue_timeout_s: float | None = None,
+        run_timeout_s: float | None = None,
+    ) -> R:
+        """Queue ``item`` and wait for its result.
+
+        ``queue_timeout_s`` bounds the wait for its batch to start, ``run_timeout_s`` the
+        handler's silence once it has (see the module docstring); past either the wait ends
+        with :class:`BatchTimeoutError` and the handler sees the item as no longer wanted.
+        """
         if self._closed or self._queue is None:
             raise BatcherClosedError("batcher is not running")
-        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(item, future))
-        return await future
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        pending = _Pending(item, future, run_timeout_s)
+        if queue_timeout_s is not None:
+            pending.timer = loop.call_later(
+                max(0.0, queue_timeout_s), self._expire_queued, pending, queue_timeout_s
+            )
+        self._queue.put_nowait(pending)
+        try:
+            return await future
+        finally:
+            if pending.timer is not None:
+                pending.timer.cancel()
+
+    def _expire_queued(self, pending: _Pending[T, R], seconds: float) -> None:
+        if not pending.future.done():
+            self.expired_in_queue += 1
+            pending.future.set_exception(BatchTimeoutError("queue", seconds))
+
+    def _arm_run_timer(
+        self, pending: _Pending[T, R], control: BatchControl[R], seconds: float, at: float
+    ) -> None:
+        """Expire ``pending`` ``seconds`` after the handler's last progress, checked at ``at``
+        (``time.monotonic()``); re-armed while the handler progresses."""
+        loop = asyncio.get_running_loop()
+
+        def check() -> None:
+            if pending.future.done():
+                return
+            due = control.progressed_at + seconds
+            now = time.monotonic()
+            if now < due:
+                pending.timer = loop.call_later(due - now, check)
+            else:
+                pending.future.set_exception(BatchTimeoutError("run", seconds))
+
+        pending.timer = loop.call_later(max(0.0, at - time.monotonic()), check)
 
     async def _collect(self, queue: asyncio.Queue[_Pending[T, R]]) -> list[_Pending[T, R]]:
         batch = [await queue.get()]
@@ -260,7 +373,19 @@ class MicroBatcher(Generic[T, R]):
     async def _handle(self, live: list[_Pending[T, R]]) -> None:
         items = [p.item for p in live]
         loop = asyncio.get_running_loop()
-        control: BatchControl[R] = BatchControl(loop, [p.future for p in live])
+        control: BatchControl[R] = BatchControl(
+            loop, [p.future for p in live], self.clock(), self.item_seconds
+        )
+        self.batches += 1
+        self.items += len(live)
+        for pending in live:
+            if pending.timer is not None:
+                pending.timer.cancel()
+                pending.timer = None
+            if pending.run_timeout_s is not None:
+                # the handler may be silent for the item's bound plus the batch's expected work
+                seconds = pending.run_timeout_s + self.item_seconds * len(live)
+                self._arm_run_timer(pending, control, seconds, control.progressed_at + seconds)
         started = time.perf_counter()
         try:
             handler = functools.partial(self._handler, items, control)
@@ -279,8 +404,15 @@ class MicroBatcher(Generic[T, R]):
             _fail(live, exc)
             return
         finally:
+            seconds = time.perf_counter() - started
+            per_item = seconds / len(items)
+            self.item_seconds = (
+                per_item
+                if self.item_seconds <= 0.0
+                else (1.0 - COST_WEIGHT) * self.item_seconds + COST_WEIGHT * per_item
+            )
             if self._on_batch is not None:
-                self._on_batch(len(items), time.perf_counter() - started)
+                self._on_batch(len(items), seconds)
         for pending, result in zip(live, results, strict=True):
             if not pending.future.done():
                 pending.future.set_result(result)
@@ -293,7 +425,7 @@ class MicroBatcher(Generic[T, R]):
         # stop() would then wait for this task forever
         while not self._closed:
             batch = await self._collect(queue)
-            live = [p for p in batch if not p.future.cancelled()]
+            live = [p for p in batch if not p.future.done()]
             if live:
                 await self._handle(live)
 

@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -34,13 +34,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.batching.batcher import LoopHandover
+from app.batching.batcher import COST_WEIGHT, LoopHandover
+from app.batching.budget import Budgeted, deadline_from
 from app.batching.redis_clock import RedisClock
 from app.batching.wire import (
     WireError,
     outcome_from_json,
     outcome_to_json,
-    request_from_json,
+    queued_from_json,
     request_to_json,
 )
 from app.outcomes import ABANDONED, DecisionOutcome, DecisionRequest, Deliver, Wanted
@@ -231,8 +232,19 @@ class RedisQueue:
             if task is not None and task.cancelling():
                 raise asyncio.CancelledError
 
-    async def submit(self, request: DecisionRequest, wait_s: float) -> Reply | None:
+    async def submit(
+        self,
+        request: DecisionRequest,
+        wait_s: float,
+        *,
+        budget_s: float | None = None,
+        start_by: float | None = None,
+    ) -> Reply | None:
         """The worker's reply, or ``None`` if none came within ``wait_s``.
+
+        With ``budget_s`` the worker counts the request's deadline from its batch's start, at
+        the latest ``start_by`` (:mod:`app.batching.budget`); ``wait_s`` should then cover
+        ``start_by`` plus the budget.
 
         Raises :class:`QueueUnavailableError` when Redis fails (and marks the queue unavailable).
 
@@ -245,7 +257,8 @@ class RedisQueue:
         """
         assert self._redis is not None
         self.in_flight += 1
-        exchange = asyncio.ensure_future(self._bounded_exchange(self._redis, request, wait_s))
+        terms = Budgeted(request, budget_s, start_by)
+        exchange = asyncio.ensure_future(self._bounded_exchange(self._redis, terms, wait_s))
         try:
             done, _ = await asyncio.wait({exchange}, timeout=max(wait_s, 0.001))
         except asyncio.CancelledError:  # the caller went away
@@ -276,16 +289,12 @@ class RedisQueue:
         if not exchange.cancelled():
             exchange.exception()  # retrieved: a late failure is the pings' business
 
-    async def _bounded_exchange(
-        self, redis: aioredis.Redis, request: DecisionRequest, wait_s: float
-    ) -> Any:
+    async def _bounded_exchange(self, redis: aioredis.Redis, terms: Budgeted, wait_s: float) -> Any:
         # only a hung Redis gets here: the BLPOP has its own server-side timeout
         async with asyncio.timeout(max(wait_s, 0.001) + HUNG_EXCHANGE_S):
-            return await self._exchange(redis, request, wait_s)
+            return await self._exchange(redis, terms, wait_s)
 
-    async def _exchange(
-        self, redis: aioredis.Redis, request: DecisionRequest, wait_s: float
-    ) -> Any:
+    async def _exchange(self, redis: aioredis.Redis, terms: Budgeted, wait_s: float) -> Any:
         """XADD + BLPOP; one retry when a pooled connection turns out dead.
 
         After Redis restarts, every connection the pool held before is broken and fails on its
@@ -293,15 +302,18 @@ class RedisQueue:
         request added twice is decided twice but answered once and stored once (the request id
         is the idempotency key end to end).
         """
+        request = terms.request
+        entry = request_to_json(
+            request,
+            self.clock.to_redis if self.clock.synced else None,
+            budget_s=terms.budget_s,
+            start_by=terms.start_by,
+        )
         for attempt in (1, 2):
             pipe = redis.pipeline(transaction=False)
             pipe.xadd(
                 self.keys.stream,
-                {
-                    "req": request_to_json(
-                        request, self.clock.to_redis if self.clock.synced else None
-                    )
-                },
+                {"req": entry},
                 maxlen=self.max_len,
                 approximate=True,
             )
@@ -382,6 +394,8 @@ class RedisWorker:
         self._last_size = 0
         #: replies pushed before their batch ended
         self.replied_early = 0
+        #: seconds of batch handling per request, a moving average over the batches decided
+        self.item_seconds = 0.0
         self._stop = asyncio.Event()
         self._redis: aioredis.Redis | None = None
         self._last_claim = 0.0
@@ -540,6 +554,30 @@ class RedisWorker:
         self._last_size = len(batch)
         return batch
 
+    def _started(
+        self, entries: list[tuple[str, dict[bytes, bytes]]], now: float
+    ) -> list[DecisionRequest]:
+        """The requests of a batch starting at ``now``, each with its deadline counted from
+        that start plus the time the batch spends on its batch-mates (:mod:`app.batching.budget`),
+        without the undecodable entries and those whose requester has given up."""
+        from_redis = self.redis_clock.from_redis if self.redis_clock.synced else None
+        queued: list[Budgeted] = []
+        for entry_id, fields in entries:
+            try:
+                queued.append(queued_from_json(fields[b"req"], from_redis))
+            except (WireError, KeyError) as exc:
+                logger.error(
+                    "worker %s: dropping undecodable entry %s: %s", self.consumer, entry_id, exc
+                )
+        # its requester gave up and answered with its own fallback: not decided
+        live = [q for q in queued if not self._abandoned(_at(q, now), now)]
+        shared_s = self.item_seconds * (len(live) - 1)
+        return [_at(q, now, shared_s) for q in live]
+
+    def _observe_cost(self, per_item: float) -> None:
+        weight = COST_WEIGHT if self.item_seconds > 0.0 else 1.0
+        self.item_seconds = (1.0 - weight) * self.item_seconds + weight * per_item
+
     def _abandoned(self, request: DecisionRequest, now: float) -> bool:
         deadline = request.deadline
         return deadline is not None and now > deadline + self.options.abandon_after_s
@@ -551,20 +589,8 @@ class RedisWorker:
         pipeline per burst; the entries are acknowledged only after every reply is pushed.
         """
         assert self._redis is not None
-        requests: list[DecisionRequest] = []
-        from_redis = self.redis_clock.from_redis if self.redis_clock.synced else None
         now = self.clock()
-        for entry_id, fields in entries:
-            try:
-                request = request_from_json(fields[b"req"], from_redis)
-            except (WireError, KeyError) as exc:
-                logger.error(
-                    "worker %s: dropping undecodable entry %s: %s", self.consumer, entry_id, exc
-                )
-                continue
-            if self._abandoned(request, now):
-                continue  # its requester gave up and answered with its own fallback
-            requests.append(request)
+        requests = self._started(entries, now)
         replies = _Replies(self._redis, self.keys, self.options.reply_ttl_s, len(requests))
         outcomes: Sequence[DecisionOutcome] = []
         if requests:
@@ -575,6 +601,7 @@ class RedisWorker:
             def wanted(i: int) -> bool:
                 return not self._abandoned(requests[i], self.clock())
 
+            started = time.perf_counter()
             try:
                 assert self._executor is not None  # set by run()
                 # the outcomes come back with the last early reply: one loop wake-up
@@ -582,6 +609,7 @@ class RedisWorker:
                     self._executor,
                     functools.partial(self.decide_batch, requests, wanted, handover.put),
                 )
+                self._observe_cost((time.perf_counter() - started) / len(requests))
             except Exception as exc:  # decide_many isolates requests; this is a last guard
                 logger.exception("worker %s: batch failed", self.consumer)
                 outcomes = [
@@ -648,6 +676,12 @@ class _Replies:
         for index, outcome in enumerate(outcomes):
             if index not in self.delivered and outcome.error_type != ABANDONED:
                 self._add(pipe, outcome)
+
+
+def _at(queued: Budgeted, started_at: float, shared_s: float = 0.0) -> DecisionRequest:
+    deadline = deadline_from(queued, started_at, shared_s)
+    request = queued.request
+    return request if deadline == request.deadline else replace(request, deadline=deadline)
 
 
 def _s(value: bytes | str) -> str:

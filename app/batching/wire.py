@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from app import jsonio
+from app.batching.budget import Budgeted
 from app.domains.hpc.codec import (
     CodecError,
     decision_from_json,
@@ -40,15 +41,31 @@ WireError = CodecError
 Convert = Callable[[float], float]
 
 
-def request_to_json(request: DecisionRequest, to_redis: Convert | None = None) -> bytes:
+def request_to_json(
+    request: DecisionRequest,
+    to_redis: Convert | None = None,
+    *,
+    budget_s: float | None = None,
+    start_by: float | None = None,
+) -> bytes:
     """The request as one stream entry. With ``to_redis`` (the sender's
     :meth:`~app.batching.redis_clock.RedisClock.to_redis`), the deadline also travels as
     ``deadline_redis``, on the Redis server's clock (ADR 0074); ``deadline`` stays, on the
-    sender's clock, for readers that do not know the field."""
+    sender's clock, for readers that do not know the field.
+
+    ``budget_s`` and ``start_by`` (sender's clock; ``start_by_redis`` beside it as for the
+    deadline) let the reader count the deadline from its batch's start
+    (:mod:`app.batching.budget`); a reader that does not know them keeps ``deadline``."""
     cfg = request.config
     extra: dict[str, float] = {}
     if to_redis is not None and request.deadline is not None:
         extra["deadline_redis"] = to_redis(request.deadline)
+    if budget_s is not None:
+        extra["budget_s"] = budget_s
+        if start_by is not None:
+            extra["start_by"] = start_by
+            if to_redis is not None:
+                extra["start_by_redis"] = to_redis(start_by)
     return jsonio.dumps(
         {
             "v": WIRE_VERSION,
@@ -73,12 +90,18 @@ def request_from_json(text: str | bytes, from_redis: Convert | None = None) -> D
     """The request of a stream entry. With ``from_redis`` (the reader's
     :meth:`~app.batching.redis_clock.RedisClock.from_redis`) and a ``deadline_redis`` in the
     entry, the deadline is converted to the reader's clock; otherwise it is taken as sent."""
+    return queued_from_json(text, from_redis).request
+
+
+def queued_from_json(text: str | bytes, from_redis: Convert | None = None) -> Budgeted:
+    """:func:`request_from_json` with the entry's budget and latest start (reader's clock,
+    converted like the deadline); an entry without them has ``budget_s`` ``None``."""
     try:
         raw = jsonio.loads(text)
         if raw.get("v") != WIRE_VERSION:
             raise WireError(f"wire version {raw.get('v')!r}, expected {WIRE_VERSION}")
         cfg = raw["config"]
-        return DecisionRequest(
+        request = DecisionRequest(
             request_id=str(raw["request_id"]),
             state=state_from_json(raw["state"]),
             config=DecisionConfig(
@@ -90,7 +113,13 @@ def request_from_json(text: str | bytes, from_redis: Convert | None = None) -> D
             policy=str(raw["policy"]),
             fallback=str(raw["fallback"]),
             shadow=raw.get("shadow"),
-            deadline=_deadline(raw, from_redis),
+            deadline=_time(raw, "deadline", from_redis),
+        )
+        budget = raw.get("budget_s")
+        return Budgeted(
+            request,
+            None if budget is None else _finite(float(budget)),
+            _time(raw, "start_by", from_redis),
         )
     except WireError:
         raise
@@ -98,10 +127,18 @@ def request_from_json(text: str | bytes, from_redis: Convert | None = None) -> D
         raise WireError(f"undecodable request: {exc!r}") from exc
 
 
-def _deadline(raw: Mapping[str, Any], from_redis: Convert | None) -> float | None:
-    if from_redis is not None and raw.get("deadline_redis") is not None:
-        return from_redis(float(raw["deadline_redis"]))
-    return None if raw.get("deadline") is None else float(raw["deadline"])
+def _finite(value: float) -> float:
+    if value != value or value in (float("inf"), float("-inf")):
+        raise WireError(f"non-finite number {value!r}")
+    return value
+
+
+def _time(raw: Mapping[str, Any], key: str, from_redis: Convert | None) -> float | None:
+    """``key`` on the reader's clock: ``<key>_redis`` converted when both are there."""
+    on_redis = raw.get(f"{key}_redis")
+    if from_redis is not None and on_redis is not None:
+        return from_redis(float(on_redis))
+    return None if raw.get(key) is None else float(raw[key])
 
 
 def outcome_to_json(outcome: DecisionOutcome, *, batch_size: int, leader: bool) -> bytes:

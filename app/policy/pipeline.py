@@ -6,9 +6,13 @@
   Redis is unreachable (or fails mid-request), or no worker has sent a heartbeat lately, the
   request is decided in-process instead, and :meth:`DecisionPipeline.queue_health` reports
   ``degraded`` until Redis answers pings and a worker is alive again.
-* Deadline: a request has until ``deadline`` (epoch seconds) to be decided by its primary policy;
-  if no answer arrives by then (plus ``grace_s`` for the trip), the fallback heuristic decides
-  with ``fallback.reason = "deadline_exceeded"``.
+* Deadline: the time left of a request's ``deadline`` (epoch seconds) when it enters the
+  pipeline is its primary policy's budget, counted from the start of the batch that decides it,
+  not from its arrival (:mod:`app.batching.budget`): a request that queues behind a busy
+  decision thread or worker keeps its whole budget. A request whose batch has not started
+  within ``max_queue_wait_s``, whose primary would not be scored within its budget, or whose
+  batch makes no progress for its budget (plus ``grace_s`` for the trip) is decided by the
+  fallback heuristic with ``fallback.reason = "deadline_exceeded"``.
 
 The pipeline is transport plumbing: it never raises for a request's policy or queue trouble, only
 returns a :class:`DecisionOutcome` (whose ``error`` is set for a bad snapshot).
@@ -26,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from app.batching.batcher import BatchControl, BatcherClosedError, MicroBatcher
+from app.batching.batcher import BatchControl, BatcherClosedError, BatchTimeoutError, MicroBatcher
+from app.batching.budget import Budgeted, budget_of, started
 from app.batching.redis_transport import QueueUnavailableError, RedisQueue, StreamKeys
 from app.domains.hpc.heuristics import HEURISTIC_CLASSES
 from app.outcomes import DecisionOutcome, DecisionRequest, FallbackReason
@@ -52,6 +57,9 @@ class PipelineOptions:
     redis_prefix: str = "kairos"
     #: extra wait beyond the deadline for a worker's reply (the trip back)
     grace_s: float = 0.02
+    #: the longest a request waits for its batch to start (in process or on a worker) before
+    #: the fallback decides it; its deadline's budget counts from that start
+    max_queue_wait_s: float = 1.0
     fallback_reserve_s: float = DEFAULT_FALLBACK_RESERVE_S
     #: a heuristic-only request of at most this many (pending job, node) pairs is decided on the
     #: event loop instead of in the decision thread (0: never); 64 jobs x 16 nodes take ~1 ms
@@ -76,8 +84,8 @@ class DecisionPipeline:
         self._executor = ThreadPoolExecutor(
             max_workers=options.concurrency, thread_name_prefix="kairos-decide"
         )
-        self.batcher: MicroBatcher[DecisionRequest, DecisionOutcome] = MicroBatcher(
-            self._decide_batch,
+        self.batcher: MicroBatcher[Budgeted, DecisionOutcome] = MicroBatcher(
+            self._decide_queued,
             max_batch=options.max_batch,
             max_wait_ms=options.max_wait_ms,
             executor=self._executor,
@@ -104,6 +112,14 @@ class DecisionPipeline:
             wanted=None if control is None else control.wanted,
             deliver=None if control is None else control.deliver,
         )
+
+    def _decide_queued(
+        self, items: Sequence[Budgeted], control: BatchControl[DecisionOutcome]
+    ) -> list[DecisionOutcome]:
+        """The batcher's handler: each request's deadline counted from its batch's start, plus
+        the time the batch spends on its batch-mates (:mod:`app.batching.budget`)."""
+        shared_s = control.item_seconds * (len(items) - 1)
+        return self._decide_batch(started(items, control.started_at, shared_s), control)
 
     def _observe_local_batch(self, size: int, _seconds: float) -> None:
         if self._on_batch is not None:
@@ -162,8 +178,14 @@ class DecisionPipeline:
     async def decide(self, request: DecisionRequest) -> DecisionOutcome:
         if self.queue is not None and self.queue.usable:
             remaining = self._remaining(request)
+            queue_wait = self.options.max_queue_wait_s
             try:
-                reply = await self.queue.submit(request, remaining + self.options.grace_s)
+                reply = await self.queue.submit(
+                    request,
+                    queue_wait + remaining + self.options.grace_s,
+                    budget_s=budget_of(request, time.time()),
+                    start_by=time.time() + queue_wait,
+                )
             except QueueUnavailableError as exc:
                 logger.warning("request %s: queue failed (%s); in-process", request.request_id, exc)
             else:
@@ -185,10 +207,18 @@ class DecisionPipeline:
         if unbatched and _cells(request) <= self.options.inline_max_cells:
             return await self._inline(request)
         try:
-            return await asyncio.wait_for(
-                self._in_thread(request) if unbatched else self.batcher.submit(request),
-                self._remaining(request) + self.options.grace_s,
+            if unbatched:
+                return await asyncio.wait_for(
+                    self._in_thread(request), self._remaining(request) + self.options.grace_s
+                )
+            budget = budget_of(request, time.time())
+            return await self.batcher.submit(
+                Budgeted(request, budget),
+                queue_timeout_s=self.options.max_queue_wait_s,
+                run_timeout_s=None if budget is None else budget + self.options.grace_s,
             )
+        except BatchTimeoutError as exc:
+            return await self._fallback(request, f"the primary policy did not answer: {exc}")
         except TimeoutError:
             return await self._fallback(request, "the batch did not finish before the deadline")
         except BatcherClosedError:

@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from app.batching.batcher import BatchControl, BatcherClosedError, LoopHandover, MicroBatcher
+from app.batching.batcher import (
+    BatchControl,
+    BatcherClosedError,
+    BatchTimeoutError,
+    LoopHandover,
+    MicroBatcher,
+)
 
 
 class Recorder:
@@ -104,7 +110,7 @@ async def test_adaptive_wait_spares_a_lone_caller_and_waits_under_load() -> None
             return await batcher.submit(i)
 
         late_results = await asyncio.gather(late(6, 0.0), late(7, 0.05))
-        assert late_results == [60, 70]
+        assert list(late_results) == [60, 70]
     finally:
         await batcher.stop()
     assert lone < 0.15  # two lone requests, far less than one max_wait each
@@ -245,3 +251,118 @@ async def test_stop_returns_even_if_a_collector_loses_its_cancellation() -> None
     assert lost
     assert done, "the collector went on waiting for items after its cancellation was lost"
     await batcher.stop()
+
+
+class _Held:
+    """A handler whose first batch waits for :meth:`release`; it records every batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.entered = threading.Event()
+        self._released = threading.Event()
+
+    def __call__(self, items: Sequence[int], _control: BatchControl[int]) -> list[int]:
+        self.batches.append(list(items))
+        if len(self.batches) == 1:
+            self.entered.set()
+            self._released.wait(10)
+        return [i * 10 for i in items]
+
+    def release(self) -> None:
+        self._released.set()
+
+
+async def _until(predicate: Any, what: str) -> None:
+    for _ in range(400):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_requests_queued_while_a_batch_runs_form_one_batch_by_the_counters() -> None:
+    """Everything queued when the handler is free again goes into the next batch: the
+    batcher's own counters say so (two batches, eight items, a mean of four)."""
+    held = _Held()
+    batcher: MicroBatcher[int, int] = MicroBatcher(held, max_batch=32, max_wait_ms=0)
+    batcher.start()
+    try:
+        first = asyncio.ensure_future(batcher.submit(0))
+        await _until(held.entered.is_set, "the first batch")
+        rest = [asyncio.ensure_future(batcher.submit(i)) for i in range(1, 8)]
+        await _until(lambda: batcher.depth == 7, "seven queued requests")
+        held.release()
+        assert await asyncio.gather(first, *rest) == [i * 10 for i in range(8)]
+    finally:
+        held.release()
+        await batcher.stop()
+    assert held.batches == [[0], list(range(1, 8))]
+    assert (batcher.batches, batcher.items) == (2, 8)
+    assert batcher.mean_batch == 4.0
+
+
+async def test_a_wait_bounded_in_the_queue_ends_there_and_costs_no_work() -> None:
+    held = _Held()
+    batcher: MicroBatcher[int, int] = MicroBatcher(held, max_batch=32, max_wait_ms=0)
+    batcher.start()
+    try:
+        first = asyncio.ensure_future(batcher.submit(0))
+        await _until(held.entered.is_set, "the first batch")
+        with pytest.raises(BatchTimeoutError) as raised:
+            await batcher.submit(1, queue_timeout_s=0.02)
+        assert raised.value.stage == "queue"
+        assert batcher.expired_in_queue == 1
+        held.release()
+        assert await first == 0
+        assert await batcher.submit(2, queue_timeout_s=5.0) == 20
+    finally:
+        held.release()
+        await batcher.stop()
+    assert held.batches == [[0], [2]]  # the expired item never reached the handler
+
+
+@pytest.mark.parametrize("progressing", [True, False], ids=["progressing", "silent"])
+async def test_the_run_bound_counts_the_handlers_silence_not_its_work(progressing: bool) -> None:
+    """A handler that keeps asking ``wanted`` keeps its callers past ``run_timeout_s``; one
+    that goes silent for longer releases them with a ``run`` timeout."""
+
+    def handler(items: Sequence[int], control: BatchControl[int]) -> list[int]:
+        for _ in range(30):  # three times the bound in all
+            if progressing:
+                control.wanted(0)
+            threading.Event().wait(0.02)
+        return [i * 10 for i in items]
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(handler, max_batch=4, max_wait_ms=0)
+    batcher.start()
+    try:
+        if progressing:
+            assert await batcher.submit(1, run_timeout_s=0.2) == 10
+        else:
+            with pytest.raises(BatchTimeoutError) as raised:
+                await batcher.submit(1, run_timeout_s=0.2)
+            assert raised.value.stage == "run"
+    finally:
+        await batcher.stop()
+
+
+async def test_a_batch_carries_its_start_on_the_batchers_clock_and_the_cost_per_item() -> None:
+    seen: list[tuple[float, float]] = []
+
+    def handler(items: Sequence[int], control: BatchControl[int]) -> list[int]:
+        seen.append((control.started_at, control.item_seconds))
+        return list(items)
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        handler, max_batch=4, max_wait_ms=0, clock=lambda: 1234.5
+    )
+    batcher.start()
+    try:
+        await batcher.submit(1)
+        await batcher.submit(2)
+    finally:
+        await batcher.stop()
+    assert [started for started, _ in seen] == [1234.5, 1234.5]
+    assert seen[0][1] == 0.0  # nothing measured before the first batch
+    assert seen[1][1] > 0.0
+    assert batcher.item_seconds > 0.0
