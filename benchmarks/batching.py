@@ -1,0 +1,158 @@
+"""Micro-batching under concurrent load: does the learned policy answer, and do queued requests
+share inferences?
+
+Usage: ``python -m benchmarks.batching [--clients 32] [--seconds 6] [--workers 2]
+[--policy NAME] [--skip-redis]``
+
+``clients`` closed-loop keep-alive clients send ``POST /v1/decide`` with the 16-node x 64-job
+snapshot of :mod:`benchmarks.decide` to three servers started here: the parse-only FastAPI
+``ceiling``, the ``embedded`` default (one process, in-process batcher) and ``redis`` (one API
+process and ``--workers`` ``kairos worker`` processes, against ``KAIROS_BENCH_REDIS_URL``,
+default ``redis://127.0.0.1:6379/0``, under a fresh key prefix). The ceiling is measured before
+and after the others and their ratio is to the mean of its two cells, so that a change in the
+host's other load during the run shows as a gap between the two ceilings (printed).
+
+For each cell: throughput, p50/p99 latency, the share of answers decided by the requested
+(learned) policy, the fallback's answers by reason, the mean batch (requests per batch, from
+the API's ``kairos_batch_size`` histogram, scraped before and after the cell: in-process
+batches for the embedded server, the workers' batches for Redis) and the ratio to the ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from benchmarks.decide import Result, Server, load, measured, model_dir, start
+
+_METRIC = re.compile(r"^kairos_batch_size_(sum|count)(?:\{[^}]*\})? (\S+)$", re.M)
+
+
+def batch_totals(url: str) -> tuple[float, float]:
+    """``(requests, batches)`` so far, from the server's ``kairos_batch_size`` histogram."""
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    totals = {"sum": 0.0, "count": 0.0}
+    for kind, value in _METRIC.findall(text):
+        totals[kind] += float(value)
+    return totals["sum"], totals["count"]
+
+
+@dataclass
+class Cell:
+    name: str
+    result: Result
+    #: requests per batch during the cell (None for the ceiling, which has no batcher)
+    mean_batch: float | None
+    batches: int
+
+    @property
+    def learned(self) -> float:
+        """Share of the answers the requested policy gave itself (errors count against it)."""
+        r = self.result
+        return (r.answered - r.fallback_count - r.errors) / max(1, r.answered)
+
+
+def run_cell(server: Server, clients: int, seconds: float, policy: str) -> Cell:
+    counted = server.name != "ceiling"
+    before = batch_totals(server.url) if counted else (0.0, 0.0)
+    result = measured(server, load(server.url, clients, seconds, policy))
+    if not counted:
+        return Cell(server.name, result, None, 0)
+    after = batch_totals(server.url)
+    batches = int(after[1] - before[1])
+    mean = (after[0] - before[0]) / batches if batches else 0.0
+    return Cell(server.name, result, mean, batches)
+
+
+def _reasons(result: Result) -> str:
+    if not result.reasons:
+        return "-"
+    return ", ".join(f"{k} {v}" for k, v in sorted(result.reasons.items(), key=lambda kv: -kv[1]))
+
+
+def report(cells: list[Cell], clients: int, seconds: float, policy: str) -> list[str]:
+    ceilings = [c.result.rps for c in cells if c.name == "ceiling"]
+    ceiling = sum(ceilings) / len(ceilings)
+    lines = [
+        f"/v1/decide, 16 nodes x 64 jobs, {clients} keep-alive clients, {seconds:.0f} s per "
+        f"cell, policy {policy}",
+        f"ceiling (parse-only FastAPI, one process): {ceiling:.0f} req/s, mean of "
+        + " and ".join(f"{r:.0f}" for r in ceilings),
+        f"{'config':<10} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'learned':>8} "
+        f"{'mean batch':>10} {'batches':>7} {'x ceiling':>9} {'cores api / workers':>20}  "
+        "fallback reasons",
+    ]
+    for cell in cells:
+        r = cell.result
+        if cell.name == "ceiling":
+            continue
+        mean = "-" if cell.mean_batch is None else f"{cell.mean_batch:.2f}"
+        lines.append(
+            f"{cell.name:<10} {r.rps:7.1f} {r.p50_ms:7.1f} {r.p99_ms:7.1f} {cell.learned:8.1%} "
+            f"{mean:>10} {cell.batches:7d} {r.rps / ceiling:9.2f} {r.cores:>20}  {_reasons(r)}"
+        )
+    lines += ["", "targets (issue 19, item 5)"]
+    for cell in cells:
+        if cell.name == "ceiling":
+            continue
+        ok = cell.learned >= 0.99 and (cell.mean_batch or 0.0) >= 2.0
+        lines.append(
+            f"  {'met' if ok else 'NOT met'}: {cell.name}: learned policy >= 99 % "
+            f"({cell.learned:.1%}) and mean batch >= 2 ({cell.mean_batch or 0.0:.2f})"
+        )
+    embedded = next((c for c in cells if c.name == "embedded"), None)
+    if embedded is not None:
+        ratio = embedded.result.rps / ceiling
+        lines.append(
+            f"  {'met' if ratio >= 0.2 else 'NOT met'}: embedded >= 0.2 x ceiling ({ratio:.2f})"
+        )
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.batching")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=6.0, help="per cell")
+    parser.add_argument("--workers", type=int, default=2, help="kairos workers of the Redis cell")
+    parser.add_argument("--policy", default=None, help="default: the shipped ONNX model")
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("KAIROS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    )
+    parser.add_argument("--skip-redis", action="store_true")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="kairos-bench-") as tmp:
+        work = Path(tmp)
+        models, onnx_name = model_dir(work)
+        policy = args.policy or onnx_name
+        specs: list[tuple[str, str | None, int]] = [("ceiling", None, 0), ("embedded", None, 0)]
+        if not args.skip_redis:
+            specs.append(("redis", args.redis_url, args.workers))
+        servers = [start(name, work, models, url, workers) for name, url, workers in specs]
+        try:
+            order = [*servers, servers[0]]  # the ceiling again last: the host's drift shows
+            cells = [run_cell(s, args.clients, args.seconds, policy) for s in order]
+        finally:
+            for server in servers:
+                server.stop()
+    for line in report(cells, args.clients, args.seconds, policy):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
+
+
+__all__ = ["Cell", "batch_totals", "main", "report", "run_cell"]
