@@ -1,16 +1,24 @@
-# syntax=docker/dockerfile:1
 # Kairos service image: the API, `kairos migrate` and `kairos worker`. onnxruntime only, no torch.
-FROM python:3.11-slim AS runtime
+#
+# BASE_IMAGE: any Debian-based image with Python 3.11 and its venv module. The default is the
+# public one; where the engine cannot pull it, scripts/build-base-image.sh builds a stand-in
+# from Debian's archive (kairos-base:bookworm) and docker-compose.yml passes it from
+# KAIROS_BASE_IMAGE.
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE} AS runtime
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/kairos \
+    PATH=/opt/kairos/bin:$PATH
 
 WORKDIR /app
 
 RUN groupadd --system --gid 10001 kairos \
-    && useradd --system --uid 10001 --gid kairos --home-dir /app --shell /usr/sbin/nologin kairos
+    && useradd --system --uid 10001 --gid kairos --home-dir /app --shell /usr/sbin/nologin kairos \
+    && python3 -m venv "$VIRTUAL_ENV"
 
 # Dependencies first (their own layer, rebuilt only when pyproject.toml changes). Only the
 # runtime dependencies: the `train` extra (torch) is never installed in this image.
@@ -19,17 +27,18 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
-# The source. Installed in place (editable): app/db/migrate.py finds migrations/ beside app/.
+# The source. Installed in place (editable): app/db/migrate.py finds migrations/ beside app/,
+# and app/shipped_models (a link to ../models) finds the shipped policies in /app/models.
+# compose also mounts ./models read-only over /app/models (swap a policy without rebuilding).
 COPY alembic.ini ./
 COPY migrations ./migrations
+COPY models ./models
 COPY kairos ./kairos
 COPY sim ./sim
 COPY app ./app
-# Trained policies are not baked in: compose mounts ./models read-only at /app/models (add or swap a
-# policy without rebuilding); without a mount the service runs its heuristics.
-RUN mkdir -p /app/models \
-    && pip install --no-deps -e . \
-    && python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
+RUN pip install --no-deps -e . \
+    && python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)" \
+    && python -c "from app.policy.registry import PACKAGED_MODELS as m; assert (m / 'hpc-kernel').is_dir(), m"
 
 # The code stays root-owned and read-only to the service user.
 USER kairos

@@ -8,6 +8,7 @@ runs too, where a Docker CLI with the compose plugin is installed (skipped other
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import sys
 import tomllib
 from configparser import ConfigParser
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -192,7 +193,10 @@ def dockerfile() -> str:
 
 class TestDockerfile:
     def test_base_image_user_healthcheck(self, dockerfile):
-        assert re.search(r"^FROM python:3\.11-slim\b", dockerfile, re.MULTILINE)
+        # the base is a build argument; its default is the public image a user would pull
+        assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", dockerfile, re.MULTILINE)
+        (base,) = re.findall(r"^FROM (\S+)", dockerfile, re.MULTILINE)
+        assert base == "${BASE_IMAGE}"
         users = re.findall(r"^USER (\S+)", dockerfile, re.MULTILINE)
         assert users, "no USER"
         assert users[-1] not in {"root", "0"}
@@ -227,11 +231,87 @@ class TestDockerfile:
                     assert tracked.strip(), f"COPY {source}: nothing tracked by git there"
                 assert source not in ignored, f"COPY {source}: excluded by .dockerignore"
 
+    def test_no_frontend_pulled_by_syntax_line(self, dockerfile):
+        """A ``# syntax=`` line makes BuildKit pull a frontend image: offline builds fail."""
+        assert not re.search(r"^# *syntax=", dockerfile, re.MULTILINE)
+
+    def test_the_venv_works_on_any_debian_python(self, dockerfile):
+        """Debian's python3 refuses system-wide pip installs (PEP 668): a venv on the PATH."""
+        assert "python3 -m venv" in dockerfile
+        assert re.search(r"PATH=/opt/kairos/bin:\$PATH", dockerfile)
+
+    def test_the_shipped_models_are_in_the_image(self, dockerfile):
+        assert re.search(r"^COPY models \./models$", dockerfile, re.MULTILINE)
+
     def test_cmd_is_a_kairos_command(self, dockerfile):
         (cmd,) = re.findall(r"^CMD (.+)$", dockerfile, re.MULTILINE)
         parts = yaml.safe_load(cmd)
         assert parts[0] == "kairos"
         assert parts[1] in kairos.cli.COMMANDS
+
+
+class TestImagesFromEnvironment:
+    """Every image the stack builds on or runs comes from a variable whose default is the
+    public image; scripts/build-base-image.sh sets the variables to its local stand-ins."""
+
+    DEFAULTS: ClassVar[dict[str, str]] = {
+        "KAIROS_BASE_IMAGE": "python:3.11-slim",
+        "KAIROS_POSTGRES_IMAGE": "postgres:16-alpine",
+        "KAIROS_REDIS_IMAGE": "redis:7-alpine",
+    }
+
+    def test_compose_takes_the_images_from_variables(self, services):
+        assert services["postgres"]["image"] == "${KAIROS_POSTGRES_IMAGE:-postgres:16-alpine}"
+        assert services["redis"]["image"] == "${KAIROS_REDIS_IMAGE:-redis:7-alpine}"
+        for name in ("migrate", "api", "worker"):
+            args = services[name]["build"]["args"]
+            assert args["BASE_IMAGE"] == "${KAIROS_BASE_IMAGE:-python:3.11-slim}", name
+
+    def test_env_example_keeps_the_public_defaults(self):
+        documented = dict(re.findall(r"^([A-Z0-9_]+)=(.*)$", ENV_EXAMPLE.read_text(), re.MULTILINE))
+        for key, value in self.DEFAULTS.items():
+            assert documented[key] == value, key
+
+    def test_the_script_sets_each_variable(self):
+        script = (ROOT / "scripts" / "build-base-image.sh").read_text()
+        for key in self.DEFAULTS:
+            assert key in script, key
+        for value in self.DEFAULTS.values():
+            assert value in script, value  # --auto keeps the public images when they pull
+
+    @pytest.mark.parametrize("name", ["postgres", "redis"])
+    def test_local_service_images_build_on_the_base(self, name):
+        dockerfile = (ROOT / "docker" / name / "Dockerfile").read_text()
+        assert re.search(r"^ARG BASE_IMAGE=kairos-base:", dockerfile, re.MULTILINE)
+        assert re.findall(r"^FROM (\S+)", dockerfile, re.MULTILINE) == ["${BASE_IMAGE}"]
+        assert "apt-get install" in dockerfile
+        (copied,) = re.findall(r"^COPY (\S+) ", dockerfile, re.MULTILINE)
+        assert os.access(ROOT / "docker" / name / copied, os.X_OK), copied
+
+    def test_scripts_parse(self):
+        for script in [
+            ROOT / "scripts" / "build-base-image.sh",
+            ROOT / "docker" / "postgres" / "entrypoint.sh",
+            ROOT / "docker" / "redis" / "entrypoint.sh",
+        ]:
+            shell = "bash" if script.read_text().startswith("#!/usr/bin/env bash") else "sh"
+            result = subprocess.run(
+                [shell, "-n", str(script)], capture_output=True, text=True, check=False, timeout=30
+            )
+            assert result.returncode == 0, (script, result.stderr)
+        assert os.access(ROOT / "scripts" / "build-base-image.sh", os.X_OK)
+
+    def test_script_help_names_its_options(self):
+        result = subprocess.run(
+            [str(ROOT / "scripts" / "build-base-image.sh"), "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "--env-file" in result.stdout
+        assert "KAIROS_BASE_CACHE" in result.stdout
 
 
 def _docker_compose() -> list[str] | None:
@@ -259,3 +339,29 @@ def test_docker_compose_config():
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_docker_compose_config_takes_local_images_from_the_environment():
+    compose_cli = _docker_compose()
+    if compose_cli is None:
+        pytest.skip("no Docker CLI with compose on this machine")
+    local = {
+        "KAIROS_BASE_IMAGE": "kairos-base:bookworm",
+        "KAIROS_POSTGRES_IMAGE": "kairos-postgres:bookworm",
+        "KAIROS_REDIS_IMAGE": "kairos-redis:bookworm",
+    }
+    result = subprocess.run(
+        [*compose_cli, "-f", str(COMPOSE), "--env-file", str(ENV_EXAMPLE), "config"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+        env={**os.environ, **local},
+    )
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(result.stdout)
+    assert config["services"]["postgres"]["image"] == local["KAIROS_POSTGRES_IMAGE"]
+    assert config["services"]["redis"]["image"] == local["KAIROS_REDIS_IMAGE"]
+    for name in ("migrate", "api", "worker"):
+        assert config["services"][name]["build"]["args"]["BASE_IMAGE"] == local["KAIROS_BASE_IMAGE"]
