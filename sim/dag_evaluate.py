@@ -19,16 +19,17 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Final, Literal, cast
 
 import numpy as np
 
+from app.domains.dag.decima import DecimaPolicy
 from app.domains.dag.heuristics import get_heuristic
 from app.domains.dag.metrics import EpisodeMetrics, episode_metrics
 from app.domains.dag.policy import DagPolicy
 from app.domains.dag.simulate import SEMANTICS, Semantics, SimConfig, run_episode
 from app.kernel.errors import UnknownHeuristicError
-from sim.dag_data import DEFAULT_TPCH, load_tpch
+from sim.dag_data import DEFAULT_TPCH, load_decima, load_tpch
 
 __all__ = ["DagEvalSpec", "build_parser", "evaluate_dag", "main", "parse_seeds"]
 
@@ -64,7 +65,16 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def make_policy(name: str) -> DagPolicy:
+#: learned policies: spark-sched-sim's shipped Decima, sampled or greedy decoding
+DECIMA_POLICIES: Final = {"decima": "sample", "decima_argmax": "argmax"}
+
+
+def make_policy(name: str, seed: int = 0) -> DagPolicy:
+    """A heuristic, or the shipped Decima (``decima`` samples with a generator seeded by the
+    episode seed, ``decima_argmax`` is greedy)."""
+    if name in DECIMA_POLICIES:
+        mode = cast(Literal["sample", "argmax"], DECIMA_POLICIES[name])
+        return DecimaPolicy(load_decima(), mode=mode, seed=seed, name=name)
     return get_heuristic(name)
 
 
@@ -79,7 +89,7 @@ def _episode(args: tuple[DagEvalSpec, str, int]) -> EpisodeMetrics:
     res = run_episode(
         lib,
         SimConfig(spec.semantics, spec.executors),
-        make_policy(policy),
+        make_policy(policy, seed),
         seed=seed,
         num_init=num_init,
         num_stream=num_stream,
@@ -190,7 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="mean Poisson gap in seconds; 0 puts every job at t = 0 (default 25)",
     )
     p.add_argument("--executors", type=int, required=True)
-    p.add_argument("--policies", required=True, help="comma-separated heuristic names")
+    p.add_argument(
+        "--policies",
+        required=True,
+        help="comma-separated: heuristics (fair,fifo,fifo_static,sjf_cp,sjf_capped,"
+        "weighted_fair(A),packer) and decima / decima_argmax (the shipped Decima weights)",
+    )
     p.add_argument("--seeds", default="0-9", help="A-B (inclusive) or a comma list")
     p.add_argument("--json", type=Path, help="write the result rows here (JSON)")
     p.add_argument("--report", type=Path, help="write a Markdown report into this directory")
