@@ -355,9 +355,10 @@ class WorkerOptions:
     claim_idle_ms: int = 5_000
     claim_interval_ms: int = 1_000
     reply_ttl_s: int = 60
-    #: a request whose deadline passed longer ago than this is abandoned: not decided (or no
-    #: further), not answered, acknowledged. Its requester stopped waiting at its deadline plus
-    #: the API's grace (20 ms) and answered with its own fallback. The deadline is judged on
+    #: a request whose requester stopped waiting longer ago than this is abandoned: not decided
+    #: (or no further), not answered, acknowledged. Its requester stopped waiting at its
+    #: deadline (an entry with a budget: at ``start_by`` plus the budget) plus the API's grace
+    #: (20 ms) and answered with its own fallback. The deadline is judged on
     #: the Redis server's clock as both sides estimate it (ADR 0074), so host clocks need not
     #: agree; the margin covers the two estimates' errors (half a round trip each).
     abandon_after_s: float = 0.1
@@ -556,10 +557,11 @@ class RedisWorker:
 
     def _started(
         self, entries: list[tuple[str, dict[bytes, bytes]]], now: float
-    ) -> list[DecisionRequest]:
+    ) -> tuple[list[DecisionRequest], list[float | None]]:
         """The requests of a batch starting at ``now``, each with its deadline counted from
         that start plus the time the batch spends on its batch-mates (:mod:`app.batching.budget`),
-        without the undecodable entries and those whose requester has given up."""
+        without the undecodable entries and those whose requester has given up; beside them,
+        when each one's requester stops waiting (:func:`_waits_until`)."""
         from_redis = self.redis_clock.from_redis if self.redis_clock.synced else None
         queued: list[Budgeted] = []
         for entry_id, fields in entries:
@@ -570,17 +572,16 @@ class RedisWorker:
                     "worker %s: dropping undecodable entry %s: %s", self.consumer, entry_id, exc
                 )
         # its requester gave up and answered with its own fallback: not decided
-        live = [q for q in queued if not self._abandoned(_at(q, now), now)]
+        live = [q for q in queued if not self._abandoned(_waits_until(q), now)]
         shared_s = self.item_seconds * (len(live) - 1)
-        return [_at(q, now, shared_s) for q in live]
+        return [_at(q, now, shared_s) for q in live], [_waits_until(q) for q in live]
 
     def _observe_cost(self, per_item: float) -> None:
         weight = COST_WEIGHT if self.item_seconds > 0.0 else 1.0
         self.item_seconds = (1.0 - weight) * self.item_seconds + weight * per_item
 
-    def _abandoned(self, request: DecisionRequest, now: float) -> bool:
-        deadline = request.deadline
-        return deadline is not None and now > deadline + self.options.abandon_after_s
+    def _abandoned(self, waits_until: float | None, now: float) -> bool:
+        return waits_until is not None and now > waits_until + self.options.abandon_after_s
 
     async def _handle(self, entries: list[tuple[str, dict[bytes, bytes]]]) -> None:
         """Decide one batch; answer each request as soon as it is decided (ADR 0072).
@@ -590,7 +591,7 @@ class RedisWorker:
         """
         assert self._redis is not None
         now = self.clock()
-        requests = self._started(entries, now)
+        requests, waits = self._started(entries, now)
         replies = _Replies(self._redis, self.keys, self.options.reply_ttl_s, len(requests))
         outcomes: Sequence[DecisionOutcome] = []
         if requests:
@@ -599,7 +600,7 @@ class RedisWorker:
             )
 
             def wanted(i: int) -> bool:
-                return not self._abandoned(requests[i], self.clock())
+                return not self._abandoned(waits[i], self.clock())
 
             started = time.perf_counter()
             try:
@@ -676,6 +677,14 @@ class _Replies:
         for index, outcome in enumerate(outcomes):
             if index not in self.delivered and outcome.error_type != ABANDONED:
                 self._add(pipe, outcome)
+
+
+def _waits_until(queued: Budgeted) -> float | None:
+    """When the requester of ``queued`` stops waiting (before its grace): ``start_by`` plus the
+    budget for an entry that carries them, else its deadline."""
+    if queued.budget_s is not None and queued.start_by is not None:
+        return queued.start_by + queued.budget_s
+    return queued.request.deadline
 
 
 def _at(queued: Budgeted, started_at: float, shared_s: float = 0.0) -> DecisionRequest:

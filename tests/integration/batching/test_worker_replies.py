@@ -52,11 +52,15 @@ class _Run:
         )
         self.task: asyncio.Task[None] | None = None
 
-    async def queue(self, requests: Sequence[DecisionRequest]) -> None:
+    async def queue(
+        self, requests: Sequence[DecisionRequest], terms: dict[str, float] | None = None
+    ) -> None:
+        """``terms``: ``budget_s`` and ``start_by`` for every entry (app.batching.budget)."""
         # queued before the worker starts: its group reads from the stream's start, so they
         # form one batch
         for request in requests:
-            await self.client.xadd(self.keys.stream, {"req": request_to_json(request)})
+            entry = request_to_json(request, **(terms or {}))
+            await self.client.xadd(self.keys.stream, {"req": entry})
         self.task = asyncio.create_task(self.worker.run())
 
     async def reply(self, request_id: str, wait_s: float) -> DecisionOutcome | None:
@@ -158,6 +162,38 @@ async def test_abandoned_requests_are_acknowledged_without_work_or_reply(
         assert pending["pending"] == 0
         assert run.worker.decided == 2
         assert run.worker.replied_early == 1
+    finally:
+        await run.close()
+
+
+async def test_a_budgeted_request_is_decided_while_its_requester_still_waits(
+    redis_server: RedisServer,
+) -> None:
+    """An entry with a budget is waited for until ``start_by`` plus the budget, however long
+    its batch-mates take: the worker decides and answers it, where counting from its 50 ms
+    budget it would have dropped it as abandoned once the first request took a second."""
+    t0 = 1_000_000.0
+    now = [t0]
+
+    def decider(
+        batch: Sequence[DecisionRequest], wanted: Wanted, deliver: Deliver
+    ) -> list[DecisionOutcome]:
+        def deliver_then_time_passes(i: int, outcome: DecisionOutcome) -> None:
+            deliver(i, outcome)
+            now[0] += 1.0  # each decision takes a second
+
+        return decide_many(batch, None, wanted=wanted, deliver=deliver_then_time_passes)
+
+    run = _Run(redis_server, decider, lambda: now[0])
+    try:
+        requests = [_request(f"r{k}", t0 + 0.05) for k in range(3)]
+        await run.queue(requests, {"budget_s": 0.05, "start_by": t0 + 5.0})
+        for k in range(3):
+            outcome = await run.reply(f"r{k}", 5)
+            assert outcome is not None, f"r{k} was dropped"
+            assert outcome.decision is not None
+        await run.settled()
+        assert run.worker.decided == 3
     finally:
         await run.close()
 
