@@ -2,18 +2,19 @@
 
 Usage: ``python -m benchmarks.simulate [--kth PATH] [--repeat N] [--quick]``
 
-* rlscheduler semantics (``app.domains.hpc.rlscheduler``) on Lublin-1 (the 10 x 1024-job sequences
-of the
-  published tables) and on the whole KTH-SP2 trace (one sequence of every usable job), against
+* rlscheduler semantics (``app.domains.hpc.rlscheduler``) on Lublin-1 (the 10 x 1024-job
+  sequences of the published tables) and on the whole KTH-SP2 trace (one sequence of every
+  usable job), against
   (a) ``sim.rlscheduler_reference``, a straightforward list-sorting implementation of the same
   semantics measured in this run, and (b) RLScheduler's published speeds on this kind of machine
   (SJF 85k jobs/s without / 47k with backfilling, F1 16k / 29k; environment 4.1k steps/s);
-* kairos semantics: ``app.domains.hpc.simulate`` (every decision through
-``app.domains.hpc.decision.decide``) and
-  ``sim.kairos_fast`` (its node-count twin for heuristics, tested equal);
-* ``app.domains.hpc.env.SchedulingEnv`` steps/s (the service's decision step + the shared encoder),
-and
-  ``sim.vecenv.VectorSchedulingEnv`` (the same steps on node counts, batched).
+* kairos semantics on Lublin-1 10 x 1024 through the core: the engine (the EASY rules of
+  ``app.domains.hpc.easy`` on the pooled count model, what ``simulate_kairos(pooled=True)`` and
+  ``kairos evaluate`` run for heuristics and ranking policies), beside the snapshot path
+  (``decide()`` at every decision point), the in-run reference and RLScheduler's published
+  rates; target 50k jobs/s for F1 and SJF with EASY;
+* ``app.domains.hpc.env.SchedulingEnv`` steps/s (the service's decision step + the shared
+  encoder), and ``sim.vecenv.VectorSchedulingEnv`` (the same steps on node counts, batched).
 
 Rates use process CPU time (the development machines are shared); wall time is printed too.
 """
@@ -30,13 +31,12 @@ import numpy as np
 
 from app.domains.hpc.decision import DecisionConfig
 from app.domains.hpc.env import SchedulingEnv
-from app.domains.hpc.heuristics import ScoreHeuristic, get_heuristic
+from app.domains.hpc.heuristics import get_heuristic
 from app.domains.hpc.policy import OrderingPolicy
 from app.domains.hpc.rlscheduler import sample_starts, simulate_sequence
-from app.domains.hpc.simulate import simulate_kairos
+from app.domains.hpc.simulate import KairosSimulator, simulate_kairos, workload_from_trace
 from app.domains.hpc.swf import SwfTrace, load_swf
 from app.domains.hpc.types import Backfill
-from sim.kairos_fast import simulate_kairos_fast
 from sim.rlscheduler_reference import reference_simulate
 from sim.vecenv import VectorSchedulingEnv
 
@@ -113,34 +113,63 @@ def bench_rlscheduler(
         )
 
 
-def bench_kairos(trace: SwfTrace, start: int, length: int) -> None:
+#: the kairos-semantics engine's target on Lublin-1 10 x 1024 (issue 19: the removed twin's rate)
+KAIROS_TARGET = 50_000.0
+
+
+def bench_kairos(trace: SwfTrace, starts: list[int], length: int, repeat: int) -> None:
+    """Kairos semantics through the core: the engine (``simulate_kairos(pooled=True)``: the
+    EASY rules of ``app.domains.hpc.easy`` on the pooled count model) on every sequence, the
+    snapshot path (``decide()`` at every decision point) on the first, RLScheduler's simulator
+    of this run (``sim.rlscheduler_reference``) and its published rates."""
+    jobs = len(starts) * length
     print(
-        f"\nkairos semantics, {length} jobs: decide() at every decision point (the core) vs "
-        "sim.kairos_fast (its tested node-count twin)"
+        f"\nkairos semantics, Lublin-1 {len(starts)} x {length} jobs through the core "
+        "(rates per CPU second): engine = simulate_kairos(pooled=True); decide() = a snapshot "
+        "and decide() at every decision point (first sequence); reference = "
+        "sim.rlscheduler_reference in this run"
+    )
+    print(
+        f"{'policy':<8}{'backfill':<10}{'engine':>10}{'wall':>10}{'decide()':>10}{'x':>6}"
+        f"{'reference':>11}{'x ref':>7}{'x RLSched':>11}{'target':>9}"
     )
     cases = [
-        ("fcfs", Backfill.NONE),
-        ("sjf", Backfill.EASY),
         ("f1", Backfill.EASY),
+        ("sjf", Backfill.EASY),
         ("f1", Backfill.NONE),
+        ("fcfs", Backfill.NONE),
     ]
     for policy, backfill in cases:
         config = DecisionConfig(backfill=backfill)
         heuristic = get_heuristic(policy)
 
-        def core(h: OrderingPolicy = heuristic, c: DecisionConfig = config) -> None:
-            simulate_kairos(trace, start, length, h, config=c, pooled=True)
+        def engine(h: OrderingPolicy = heuristic, c: DecisionConfig = config) -> None:
+            for s in starts:
+                simulate_kairos(trace, s, length, h, config=c, pooled=True)
 
-        def twin(h: OrderingPolicy = heuristic, b: Backfill = backfill) -> None:
-            assert isinstance(h, ScoreHeuristic)
-            simulate_kairos_fast(trace, start, length, h, backfill=b)
+        def snapshot(h: OrderingPolicy = heuristic, b: Backfill = backfill) -> None:
+            sim = KairosSimulator(
+                workload_from_trace(trace, starts[0], length),
+                config=DecisionConfig(backfill=b),
+                pooled=True,
+            )
+            sim.run(h)
 
-        t_core = _time(core, 1)
-        t_twin = _time(twin, 3)
-        core_rate, twin_rate = length / t_core.cpu_s, length / t_twin.cpu_s
+        t_engine = _time(engine, repeat)
+        t_snapshot = _time(snapshot, 1)
+        rate = jobs / t_engine.cpu_s
+        snapshot_rate = length / t_snapshot.cpu_s
+        easy = backfill is Backfill.EASY
+        t_ref = _time(_ref_runs(trace, starts, length, policy, easy), 1)
+        ref_rate = jobs / t_ref.cpu_s
+        published = PUBLISHED.get((policy, easy))
+        x_pub = f"{rate / published:.1f}" if published else "-"
+        target = "met" if rate >= KAIROS_TARGET else "MISSED"
         print(
-            f"  {policy:<5} backfill={backfill.value:<5} core {core_rate:>9,.0f} jobs/s   "
-            f"twin {twin_rate:>9,.0f} jobs/s (x{twin_rate / core_rate:.0f})"
+            f"{policy:<8}{backfill.value:<10}{_fmt_rate(rate):>10}"
+            f"{_fmt_rate(jobs / t_engine.wall_s):>10}{_fmt_rate(snapshot_rate):>10}"
+            f"{rate / snapshot_rate:>6.0f}{_fmt_rate(ref_rate):>11}{rate / ref_rate:>7.1f}"
+            f"{x_pub:>11}{target if easy else '-':>9}"
         )
 
 
@@ -210,7 +239,7 @@ def main(argv: list[str]) -> int:
         )
     else:
         print(f"\nKTH-SP2 skipped: {args.kth} not found (pass --kth PATH)")
-    bench_kairos(lublin, starts[0], 1024)
+    bench_kairos(lublin, starts, 1024, args.repeat)
     bench_env(lublin, 2000)
     bench_vector_env(lublin, 12_000)
     return 0

@@ -5,14 +5,18 @@ from __future__ import annotations
 from typing import Literal
 
 from app.domains.hpc.decision import DecisionConfig
-from app.domains.hpc.heuristics import ScoreHeuristic, get_heuristic
+from app.domains.hpc.heuristics import get_heuristic
 from app.domains.hpc.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
 from app.domains.hpc.ranking import ScoringRanker
 from app.domains.hpc.rlscheduler import RlsPolicy, SequenceResult, simulate_sequence
-from app.domains.hpc.simulate import simulate_kairos
+from app.domains.hpc.simulate import (
+    KairosSimulator,
+    engine_runs,
+    simulate_workload,
+    workload_from_trace,
+)
 from app.domains.hpc.swf import SwfTrace
 from app.domains.hpc.types import Backfill
-from sim.kairos_fast import simulate_kairos_fast
 
 Semantics = Literal["kairos", "rlscheduler"]
 
@@ -32,12 +36,11 @@ def run_sequence(
     ``semantics="rlscheduler"`` takes an RLScheduler heuristic name (:class:`RlsPolicy`) or a
     ranking policy (it picks each job in RLScheduler's simulator);
     ``"kairos"`` takes a heuristic name of :mod:`app.domains.hpc.heuristics` or a policy object
-    (e.g. an ONNX policy) and drives the service's decision core, on a pooled machine (decisions
-    equal the per-node machine's, see :mod:`app.domains.hpc.simulate`).  With ``fast`` (default),
-    queue-order
-    heuristics and ranking ONNX policies run on :mod:`sim.kairos_fast`, the node-count twin of
-    the core that is tested to start every job at the same time; ``fast=False`` calls
-    ``decide()`` at every decision point.
+    (e.g. an ONNX policy) and runs the service's decision core on a pooled machine (decisions
+    equal the per-node machine's, see :mod:`app.domains.hpc.simulate`): queue-order heuristics
+    and ranking policies on the engine (:func:`~app.domains.hpc.simulate.simulate_workload`,
+    the EASY rules on node counts), stepping policies, or any policy with ``fast=False``,
+    through ``decide()`` on a snapshot at every decision point.
     """
     if semantics == "rlscheduler":
         if isinstance(policy, str):
@@ -51,8 +54,9 @@ def run_sequence(
             )
         return simulate_sequence(trace, start, length, rls, backfill=backfill is Backfill.EASY)
     resolved = get_heuristic(policy) if isinstance(policy, str) else policy
-    if fast and isinstance(resolved, (ScoreHeuristic, ScoringRanker)):
-        return simulate_kairos_fast(trace, start, length, resolved, backfill=backfill)
-    return simulate_kairos(
-        trace, start, length, resolved, config=DecisionConfig(backfill=backfill), pooled=True
-    )
+    workload = workload_from_trace(trace, start, length)
+    if fast and engine_runs(resolved):
+        assert isinstance(resolved, OrderingPolicy | ScoringRanker)
+        return simulate_workload(workload, resolved, backfill)
+    sim = KairosSimulator(workload, config=DecisionConfig(backfill=backfill), pooled=True)
+    return sim.run(resolved)

@@ -47,11 +47,11 @@ from app.domains.hpc.heuristics import get_heuristic
 from app.domains.hpc.metrics import avg_bounded_slowdown
 from app.domains.hpc.policy import StepView
 from app.domains.hpc.rlscheduler import simulate_sequence
+from app.domains.hpc.simulate import simulate_workload as simulate_workload_fast
 from app.domains.hpc.simulate import workload_from_trace
 from app.domains.hpc.swf import SwfTrace, load_swf
 from app.domains.hpc.types import Backfill, PolicyRef
 from app.policy.onnx_policy import describe_signature
-from sim.kairos_fast import simulate_workload_fast
 from sim.progress import Progress
 from training.ppo import complement, evaluation_windows, merge_ranges, training_starts
 

@@ -156,6 +156,23 @@ class _ShadowK:
 
 
 @dataclass(slots=True)
+class _ShapeK:
+    """One job shape's tasks per row on the free matrix, kept current by recomputing only the
+    rows that allocations touched (free only shrinks, so ``k`` only falls).
+
+    ``k`` are integers held in floats (the sums are exact); rows before ``first`` hold no task,
+    rows before ``first_full`` cannot hold the whole gang; ``seen`` is the position in the
+    run's log of touched rows up to which ``k`` is current.
+    """
+
+    k: list[float]
+    total: float
+    first: int
+    first_full: int
+    seen: int
+
+
+@dataclass(slots=True)
 class _StepCache:
     fits: BoolArray
     mask: BoolArray
@@ -366,6 +383,10 @@ class DecisionRun:
         self._exclusion_cache: dict[tuple[object, ...], str | None] = {}
         self._vec: _Vectors | None = None
         self._free_slack: FloatArray | None = None  # free + slack, until the next allocation
+        #: first-fit on large clusters: per job shape, ``k`` kept current row by row
+        self._shape_k: dict[tuple[object, ...], _ShapeK] = {}
+        #: rows touched by allocations, in order (what a ``_ShapeK`` has not seen yet)
+        self._touched: list[int] = []
         self._shadow_k: _ShadowK | None = None  # the reserved job's k on the shadow matrix
         self._slack_rows: list[list[float]] | None = None
         #: per shadow-matrix row, bumped whenever the row changes
@@ -607,7 +628,7 @@ class DecisionRun:
             ok = all(info.total[c] <= ft[c] + st[c] for c in positive)
             # the "largest free" pre-check; a scan of a job spread over nodes needs none: no
             # row with ``free + slack < demand`` can hold a task (fl(a / d) < 1 for a < d)
-            if ok and positive and (info.single or not self._scan):
+            if ok and positive and info.single:
                 mx = self._max_free
                 if mx is None:
                     mx = self._max_free = self._column_max_free()
@@ -615,6 +636,8 @@ class DecisionRun:
                 ok = all(per_node[c] <= mx[c] for c in positive)
             if ok and self._scan:
                 result = self._scan_first_fit(info)
+            elif ok and self.config.placement == PlacementStrategy.FIRST_FIT:
+                result = self._shape_first_fit(info)
             elif ok:
                 k = max_tasks_from(
                     self._free_plus_slack(),
@@ -634,6 +657,71 @@ class DecisionRun:
                 )
         cache[key] = result
         return result
+
+    def _shape_first_fit(self, info: _Info) -> RowPlacement | None:
+        """First-fit placement from the shape's incrementally kept ``k`` (:class:`_ShapeK`).
+
+        The same placement as :func:`~app.kernel.placement.place_rows` on
+        :func:`~app.kernel.placement.max_tasks_from` of the whole matrix: each touched row's
+        ``k`` is the same float computation (:func:`_tasks_on_row`), a gang fits iff
+        ``sum k >= tasks`` (one row with ``k >= tasks`` for a single-node job), and rows fill
+        in id order.  No "largest free" pre-check is needed for a job spread over nodes: no row
+        with ``free + slack < demand`` holds a task (``fl(a / d) < 1`` for ``a < d``).
+        """
+        tasks = info.tasks
+        sk = self._shape_k.get(info.key)
+        touched = self._touched
+        if sk is None:
+            base = max_tasks_from(
+                self._free_plus_slack(), info.demand, info.positive, tasks, guard=self._overflow
+            )
+            k = base.tolist()
+            sk = self._shape_k[info.key] = _ShapeK(k, float(base.sum()), 0, 0, len(touched))
+        elif sk.seen < len(touched):
+            k = sk.k
+            # a row that holds no task never will again within the round
+            rows = sorted({r for r in touched[sk.seen :] if k[r] > 0.0})
+            sk.seen = len(touched)
+            free_rows = self._free_rows
+            if len(rows) > SCAN_MAX_ROWS:
+                at = np.array(rows, dtype=np.intp)
+                sub = np.array([free_rows[r] for r in rows]) + self._slack[at]
+                news = max_tasks_from(
+                    sub, info.demand, info.positive, tasks, guard=self._overflow
+                ).tolist()
+            else:
+                slack = self._slack_row_lists()
+                demand, cols = info.job_demand, info.cols
+                news = [
+                    float(_tasks_on_row(free_rows[r], slack[r], demand, cols, tasks)) for r in rows
+                ]
+            for row, new in zip(rows, news, strict=True):
+                sk.total += new - k[row]
+                k[row] = new
+        k = sk.k
+        n = len(k)
+        if info.single:
+            row = sk.first_full
+            while row < n and k[row] < tasks:
+                row += 1
+            sk.first_full = row
+            return [(row, tasks)] if row < n else None
+        if sk.total < tasks:
+            return None
+        row = sk.first
+        while k[row] <= 0.0:
+            row += 1
+        sk.first = row
+        out: RowPlacement = []
+        remaining = tasks
+        while remaining:
+            take = k[row]
+            if take > 0.0:
+                t = int(take) if take < remaining else remaining
+                out.append((row, t))
+                remaining -= t
+            row += 1
+        return out
 
     def _column_max_free(self) -> list[float]:
         """Per resource, the largest ``free + slack`` of any row."""
@@ -726,6 +814,7 @@ class DecisionRun:
         self._hold_cache.clear()
         self._max_free = None
         self._free_slack = None
+        self._touched.extend(r for r, _ in rows)
 
     def _capped(self) -> bool:
         return (
@@ -918,7 +1007,10 @@ class DecisionRun:
         by_id = self._by_id
         explain = self.config.explain
         seen: set[str] = set()
+        easy = self._easy
         for job in order:
+            if easy.stopped:  # the walk draws no job after the stop
+                return
             info = by_id.get(job.id)
             if info is None or info.invalid is not None or job.id in seen:
                 continue
@@ -1284,6 +1376,9 @@ class _MatrixModel:
 
     def hold(self, job: _Info, placement: RowPlacement) -> None:
         self.run._hold(job, placement)
+
+    def can_start_any(self) -> bool:
+        return True
 
 
 def decide(

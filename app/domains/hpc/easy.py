@@ -79,6 +79,10 @@ class ResourceModel(Protocol[J_contra, P]):
         """Start ``job`` on ``placement`` now; False when the round can start nothing more."""
         ...
 
+    def can_start_any(self) -> bool:
+        """False when no job of the round can start now (a model may always say True)."""
+        ...
+
     def hold(self, job: J_contra, placement: P) -> None:
         """``job`` (started, ending after the shadow time) holds ``placement`` at that time."""
         ...
@@ -120,34 +124,39 @@ class EasyRound(Generic[J, P]):
             self.reserved = job
             if self.easy:
                 self.phase = Phase.BACKFILL
+                if not model.can_start_any():
+                    self.stopped = True  # nothing can backfill
             else:
                 self.stopped = True  # Backfill.NONE: head-of-line blocking
         return False
 
+    def backfill(self, job: J) -> bool:
+        """BACKFILL phase: start ``job`` if the rules allow it.  True if it started."""
+        placement = self.model.place_now(job)
+        return placement is not None and self._backfill_on(job, placement)
+
+    def _backfill_on(self, job: J, placement: P) -> bool:
+        """:meth:`backfill` of a job that can be placed now on ``placement``."""
+        model = self.model
+        by_shadow = model.ends(job) <= self.shadow  # rule (a): done by the shadow time
+        if not by_shadow and not model.holds(job, placement):  # rule (b): reservation fits
+            return False
+        if not model.start(job, placement):
+            self.stopped = True
+        if not by_shadow:  # started by rule (b): it holds its placement at the shadow time
+            model.hold(job, placement)
+        return True
+
     def backfill_placement(self, job: J) -> P | None:
-        """BACKFILL phase: ``job``'s placement if it may start now, else ``None``."""
+        """The test of :meth:`backfill` without the start: ``job``'s placement if it may start
+        now, else ``None``."""
         model = self.model
         placement = model.place_now(job)
         if placement is None:
             return None
-        if model.ends(job) <= self.shadow:  # rule (a): done by the shadow time
-            return placement
-        if model.holds(job, placement):  # rule (b): the reservation still fits
+        if model.ends(job) <= self.shadow or model.holds(job, placement):  # rule (a) or (b)
             return placement
         return None
-
-    def backfill(self, job: J) -> bool:
-        """BACKFILL phase: start ``job`` if the rules allow it.  True if it started."""
-        placement = self.backfill_placement(job)
-        if placement is None:
-            return False
-        model = self.model
-        after_shadow = model.ends(job) > self.shadow
-        if not model.start(job, placement):
-            self.stopped = True
-        if after_shadow:  # started by rule (b): it holds its placement at the shadow time
-            model.hold(job, placement)
-        return True
 
     def pick(self, job: J) -> bool:
         """Apply one pick in the current phase.  True if the job started."""
@@ -168,18 +177,21 @@ class EasyRound(Generic[J, P]):
         """
         model = self.model
         deferred: list[J] | None = None if model.monotone else []
-        if not self.stopped:
-            # the stop is tested before the next job is drawn: ``order`` may be lazy
-            for job in order:
-                if self.phase == Phase.HEAD:
-                    self.head(job)
-                elif self.backfill(job):
-                    if deferred:
-                        self._retry(deferred)
-                elif deferred is not None and model.place_now(job) is not None:
-                    deferred.append(job)
-                if self.stopped:
-                    break
+        head, place_now, backfill_on = self.head, model.place_now, self._backfill_on
+        for job in order:
+            if self.stopped:
+                break
+            if self.phase is Phase.HEAD:
+                head(job)
+                continue
+            placement = place_now(job)
+            if placement is None:
+                continue  # it will not fit again in this round
+            if backfill_on(job, placement):
+                if deferred:
+                    self._retry(deferred)
+            elif deferred is not None:
+                deferred.append(job)
         self.stopped = True
 
     def _retry(self, deferred: list[J]) -> None:

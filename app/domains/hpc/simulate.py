@@ -14,23 +14,36 @@ The machine: ``MaxNodes`` nodes of ``procs_per_node`` cpus (node ids ``n0000``..
 with ``p`` processors is a gang of ``ceil(p / ppn)`` tasks of ``ppn`` cpus, i.e. whole nodes,
 like RLScheduler's allocation (A.2).  ``pooled=True`` models the machine as one node holding all
 cpus instead: for homogeneous whole-node tasks every decision is the same (feasibility only
-counts free nodes) and the core's matrices are 1 x 1, which is much faster.
+counts free nodes) and the core's matrices are 1 x 1.
+
+:func:`simulate_workload` is the engine path for queue-order heuristics and ranking policies: the
+same rules (:mod:`app.domains.hpc.easy`) on the pooled count model
+(:class:`~app.domains.hpc.pooled.PooledMachine`), which the simulator mutates between decision
+points instead of building a snapshot for each.  :class:`KairosSimulator` is the snapshot path
+(``decide()`` at every decision point), for stepping policies and per-node machines.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from app.domains.hpc.decision import DecisionConfig, DecisionRun, decide
+from app.domains.hpc.encoding import rank_rows
+from app.domains.hpc.heuristics import ScoreHeuristic
+from app.domains.hpc.heuristics.base import finite_key
 from app.domains.hpc.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
+from app.domains.hpc.pooled import PooledMachine
+from app.domains.hpc.ranking import HeadEncoder, ScoringRanker
 from app.domains.hpc.rlscheduler import SequenceResult
 from app.domains.hpc.swf import SwfTrace
 from app.domains.hpc.types import (
+    Backfill,
     ClusterState,
     Decision,
     Job,
@@ -301,6 +314,184 @@ class KairosSimulator:
         )
 
 
+# ---------------------------------------------------------------------- the engine path
+
+_Key = tuple[float, float, str]
+
+
+def is_static(policy: ScoreHeuristic) -> bool:
+    """True when the heuristic's score does not depend on ``now``."""
+    cls = type(policy)
+    return cls.score is ScoreHeuristic.score and cls.raw_score is ScoreHeuristic.raw_score
+
+
+class _Orderer:
+    """A policy's order of the machine's pending jobs at a decision point: exactly the order the
+    core walks for that snapshot (``policy.order(run.orderable(), now)``, or a ranking policy's
+    order of the decision's first view)."""
+
+    def __init__(
+        self, workload: Workload, machine: PooledMachine, policy: OrderingPolicy | ScoringRanker
+    ) -> None:
+        jobs = workload.jobs
+        self.jobs = jobs
+        self.machine = machine
+        # as decide(): an ordering policy is walked in its order, else a ranker's scores
+        self.policy = policy if isinstance(policy, OrderingPolicy) else None
+        self.ranker = policy if self.policy is None and isinstance(policy, ScoringRanker) else None
+        heuristic = policy if isinstance(policy, ScoreHeuristic) else None
+        self.heuristic = heuristic
+        self.builtin = heuristic is not None and type(heuristic).order is ScoreHeuristic.order
+        self.static = self.builtin and heuristic is not None and is_static(heuristic)
+        #: static heuristics: pending jobs kept sorted by their (time-independent) key
+        self.keys: list[_Key] = []
+        self.sorted: list[tuple[_Key, int]] = []
+        if self.static:
+            assert heuristic is not None
+            self.keys = [self._key(heuristic, j, 0.0) for j in jobs]
+        self.index = {job.id: i for i, job in enumerate(jobs)}
+        self.encoder: HeadEncoder | None = None
+        if self.ranker is not None:
+            self.tasks = np.asarray([j.tasks for j in jobs], dtype=np.int64)
+            self.encoder = HeadEncoder(
+                np.asarray([j.submit_time for j in jobs], dtype=np.float64),
+                np.asarray([j.walltime_s for j in jobs], dtype=np.float64),
+                np.asarray([j.tasks * float(j.per_task.get(CPU, 0.0)) for j in jobs]),
+                workload.max_nodes * workload.procs_per_node,
+            )
+            self.capacity = workload.max_nodes * workload.procs_per_node
+
+    @staticmethod
+    def _key(policy: ScoreHeuristic, job: Job, now: float) -> _Key:
+        return (policy.score(job, now), finite_key(job.submit_time), job.id)
+
+    def arrived(self, j: int) -> None:
+        if self.static:
+            insort(self.sorted, (self.keys[j], j))
+
+    def started(self, j: int) -> None:
+        if self.static:
+            del self.sorted[bisect_left(self.sorted, (self.keys[j], j))]
+
+    def order(self, now: float) -> list[int]:
+        machine = self.machine
+        if self.ranker is not None:
+            return self._ranked(now)
+        if self.static:
+            return [j for _, j in self.sorted]
+        jobs = self.jobs
+        if self.builtin:
+            heuristic = self.heuristic
+            assert heuristic is not None
+            key = self._key
+            return sorted(machine.pending, key=lambda j: key(heuristic, jobs[j], now))
+        policy = self.policy
+        assert policy is not None
+        ranked = policy.order([jobs[j] for j in machine.fcfs_pending()], now)
+        out: list[int] = []
+        seen: set[int] = set()
+        for job in ranked:  # unknown or repeated jobs are skipped, as the core does
+            j = self.index.get(job.id, -1)
+            if j >= 0 and j in machine.pending and j not in seen:
+                seen.add(j)
+                out.append(j)
+        return out
+
+    def _ranked(self, now: float) -> list[int]:
+        """The ranking policy's order: the first view's features (HEAD phase, no reservation,
+        every pending job a candidate) scored once (:class:`HeadEncoder`)."""
+        ranker, encoder, machine = self.ranker, self.encoder, self.machine
+        assert ranker is not None
+        assert encoder is not None
+        pending = machine.fcfs_pending()
+        at = np.asarray(pending, dtype=np.intp)
+        # the pooled node's allocated cpus, summed as the core's snapshot holds them
+        ppn = self.capacity / machine.nodes
+        used = (machine.nodes - machine.free) * ppn
+        obs = encoder.encode(at, now, self.tasks[at] <= machine.free, self.capacity - used)
+        mask = np.ones((1, len(pending)), dtype=np.bool_)
+        logits = ranker.score(obs[None], mask)
+        rows = rank_rows(np.asarray(logits)[0], mask[0])
+        if rows is None:
+            raise ValueError(f"{ranker.ref} gave non-finite scores")
+        return [pending[r] for r in rows]
+
+
+def pooled_machine(workload: Workload, backfill: Backfill) -> PooledMachine:
+    """The workload's machine as node counts (every task is one whole node)."""
+    jobs = workload.jobs
+    return PooledMachine(
+        workload.max_nodes,
+        [j.tasks for j in jobs],
+        [j.walltime_s for j in jobs],
+        [j.submit_time for j in jobs],
+        [j.id for j in jobs],
+        backfill,
+    )
+
+
+def engine_runs(policy: object) -> bool:
+    """Whether :func:`simulate_workload` runs ``policy`` (queue orders and ranking scorers);
+    stepping policies go through :class:`KairosSimulator`."""
+    return isinstance(policy, OrderingPolicy | ScoringRanker)
+
+
+def simulate_workload(
+    workload: Workload,
+    policy: OrderingPolicy | ScoringRanker,
+    backfill: Backfill = Backfill.EASY,
+) -> SequenceResult:
+    """Replay ``workload`` with an ordering or ranking ``policy`` through the engine (the rules of
+    :mod:`app.domains.hpc.easy` on :class:`PooledMachine`): every job starts when
+    :class:`KairosSimulator` (``decide()`` on the pooled snapshot) starts it."""
+    if workload.size == 0:
+        raise ValueError("empty workload")
+    jobs = workload.jobs
+    machine = pooled_machine(workload, backfill)
+    orderer = _Orderer(workload, machine, policy)
+    n = workload.size
+    submit = [j.submit_time for j in jobs]
+    arrivals = sorted(range(n), key=lambda i: (submit[i], i))
+    run_time = workload.run_time
+    start = [-1.0] * n
+    completions: list[tuple[float, int, int]] = []  # (actual end, seq, job)
+    seq = nxt = started = 0
+    while started < n:
+        t_arr = submit[arrivals[nxt]] if nxt < n else math.inf
+        t_comp = completions[0][0] if completions else math.inf
+        t = t_arr if t_arr < t_comp else t_comp
+        if t == math.inf:
+            missing = [jobs[j].id for j in machine.pending]
+            raise RuntimeError(f"no events left but jobs never started: {missing[:5]}")
+        machine.now = t
+        while completions and completions[0][0] == t:
+            machine.complete(heapq.heappop(completions)[2])
+        while nxt < n and submit[arrivals[nxt]] == t:
+            j = arrivals[nxt]
+            machine.arrive(j)
+            orderer.arrived(j)
+            nxt += 1
+        # a decision point, unless no pending job fits (the round would start nothing)
+        if not machine.something_fits():
+            continue
+        for j in machine.round(orderer.order(t)):
+            start[j] = t
+            orderer.started(j)
+            heapq.heappush(completions, (t + run_time[j], seq, j))
+            seq += 1
+            started += 1
+    starts = np.asarray(start, dtype=np.float64)
+    return SequenceResult(
+        submit=np.asarray(submit, dtype=np.float64),
+        run=np.asarray(run_time, dtype=np.float64),
+        procs=np.asarray(workload.procs, dtype=np.int64),
+        start=starts,
+        end_time=float(starts.max()),
+        max_procs=workload.max_procs,
+        user=np.asarray(workload.user, dtype=np.int64),
+    )
+
+
 def simulate_kairos(
     trace: SwfTrace,
     start: int,
@@ -311,10 +502,20 @@ def simulate_kairos(
     pooled: bool = False,
     on_decision: Callable[[ClusterState, Decision], None] | None = None,
 ) -> SequenceResult:
-    """Replay jobs ``[start, start + length)`` of ``trace`` with ``policy`` (kairos semantics)."""
+    """Replay jobs ``[start, start + length)`` of ``trace`` with ``policy`` (kairos semantics).
+
+    ``pooled`` ordering and ranking policies (no ``on_decision``, no ``max_allocations``; the
+    placement strategy cannot matter on a pooled machine) run on the engine
+    (:func:`simulate_workload`); otherwise :class:`KairosSimulator` calls ``decide()`` at every
+    decision point.
+    """
+    config = config if config is not None else DecisionConfig()
+    if pooled and on_decision is None and config.max_allocations is None and engine_runs(policy):
+        assert isinstance(policy, OrderingPolicy | ScoringRanker)
+        return simulate_workload(workload_from_trace(trace, start, length), policy, config.backfill)
     sim = KairosSimulator(
         workload_from_trace(trace, start, length),
-        config=config if config is not None else DecisionConfig(),
+        config=config,
         pooled=pooled,
     )
     if on_decision is None:

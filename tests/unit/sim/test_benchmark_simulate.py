@@ -44,3 +44,14 @@ def test_environment_step_rates(trace, capsys):
     out = capsys.readouterr().out
     assert re.search(r"SchedulingEnv .*: [\d,]+ steps/s CPU", out), out
     assert re.search(r"^\s+4 envs: +[\d,]+ steps/s CPU", out, re.MULTILINE), out
+
+
+def test_kairos_rates_come_from_the_core_engine(trace, capsys):
+    bench.bench_kairos(trace, [1981, 2756], 64, 1)
+    out = capsys.readouterr().out
+    assert "Lublin-1 2 x 64 jobs through the core" in out
+    assert "kairos_fast" not in out
+    for policy, backfill in [("f1", "easy"), ("sjf", "easy")]:
+        row = re.search(rf"^{policy}\s+{backfill}\s+([\d,.]+)k\s.*(met|MISSED)$", out, re.M)
+        assert row, (policy, backfill, out)
+        assert float(row.group(1).replace(",", "")) > 0

@@ -10,11 +10,11 @@ import pytest
 
 from app.domains.hpc.encoding import NUM_FEATURES
 from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.simulate import simulate_workload as simulate_workload_fast
 from app.domains.hpc.simulate import workload_from_trace
 from app.domains.hpc.swf import load_swf
 from app.domains.hpc.types import Backfill
 from app.policy.onnx_policy import OnnxPolicy, OnnxRankingPolicy
-from sim.kairos_fast import simulate_workload_fast
 from tests.fixtures.onnx_models import card
 from training.es import (
     EsArgs,
