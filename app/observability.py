@@ -132,23 +132,14 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=self.registry,
         )
-        self.admission_limit = Gauge(
-            "kairos_admission_limit",
-            "Decisions admitted at once under KAIROS_ADMISSION=deadline (summed over the "
-            "serving processes): an AIMD limit that shrinks while decisions miss their deadline "
-            "(ADR 0077).",
-            multiprocess_mode="livesum",
-            registry=self.registry,
-        )
         self.admission_refused = Counter(
             "kairos_admission_refused",
             "Decisions refused with 429 overloaded, by reason (limit: "
-            "KAIROS_MAX_DECISIONS_IN_FLIGHT; deadline: KAIROS_ADMISSION=deadline).",
+            "KAIROS_MAX_DECISIONS_IN_FLIGHT).",
             ["reason"],
             registry=self.registry,
         )
-        for reason in ("deadline", "limit"):
-            self.admission_refused.labels(reason)
+        self.admission_refused.labels("limit")
 
     def observe_batch(self, size: int) -> None:
         self.batch_size.observe(size)
@@ -164,9 +155,8 @@ class Metrics:
         self._sample(self.queue_depth, depth)
 
     def track_admission(self, gate: DecisionGate) -> None:
-        """In-flight count, adaptive limit and refusals of the decision gate (ADRs 0075, 0077)."""
+        """In-flight count and refusals of the decision gate (ADR 0024)."""
         self._sample(self.decisions_in_flight, lambda: gate.in_flight)
-        self._sample(self.admission_limit, lambda: int(gate.adaptive_limit))
         gate.on_refused = lambda reason: self.admission_refused.labels(reason).inc()
 
     def sync(self) -> None:

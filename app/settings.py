@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Tenant used for every request when ``KAIROS_API_KEYS`` is unset (auth off).
@@ -41,21 +41,9 @@ class Settings(BaseSettings):
     #: DEFAULT_DEADLINE_MS).
     DEADLINE_MS_PER_1K_ITEMS: float = Field(default=100.0, ge=0)
     #: Decisions one process works on at once (``/v1/decide``, ``/schedule``); one more is
-    #: refused with 429 ``overloaded`` and ``Retry-After`` instead of queueing (ADR 0075).
+    #: refused with 429 ``overloaded`` and ``Retry-After`` instead of queueing (ADR 0024).
     #: 0: no limit.
     MAX_DECISIONS_IN_FLIGHT: int = Field(default=1024, ge=0)
-    #: ``deadline``: also keep an adaptive limit on decisions in flight, cut while decisions
-    #: miss their deadline and raised while they meet it, and refuse (429 ``overloaded``) past
-    #: it (ADR 0077). ``limit``: only the limit above.
-    ADMISSION: Literal["limit", "deadline"] = "limit"
-    #: Where ``KAIROS_ADMISSION=deadline``'s adaptive limit starts (never above
-    #: MAX_DECISIONS_IN_FLIGHT when that is set).
-    ADMISSION_INITIAL_LIMIT: float = Field(default=16.0, ge=1)
-    #: The adaptive limit never goes below this: with fewer decisions in flight than it, none
-    #: is refused for missed deadlines.
-    ADMISSION_MIN_LIMIT: float = Field(default=4.0, ge=1)
-    #: The factor a missed deadline cuts the adaptive limit by, at most once per window.
-    ADMISSION_BACKOFF: float = Field(default=0.9, gt=0, lt=1)
     #: ``Retry-After`` (seconds) of a decision refused with 429 ``overloaded``.
     RETRY_AFTER_S: int = Field(default=1, ge=1)
     BATCH_MAX_SIZE: int = Field(default=32, ge=1)
@@ -127,15 +115,6 @@ class Settings(BaseSettings):
                 raise ValueError(f"KAIROS_API_KEYS entry {item!r} is not 'tenant:key'")
             keys[key.strip()] = tenant.strip()
         return keys
-
-    @model_validator(mode="after")
-    def _admission_limits_in_order(self) -> Settings:
-        if self.ADMISSION_MIN_LIMIT > self.ADMISSION_INITIAL_LIMIT:
-            raise ValueError(
-                f"KAIROS_ADMISSION_MIN_LIMIT ({self.ADMISSION_MIN_LIMIT}) is above "
-                f"KAIROS_ADMISSION_INITIAL_LIMIT ({self.ADMISSION_INITIAL_LIMIT})"
-            )
-        return self
 
     def default_deadline_ms(self, items: int) -> float:
         """The deadline of a decision on a snapshot of ``items`` nodes and jobs (pending and

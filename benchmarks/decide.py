@@ -2,7 +2,7 @@
 ceiling (a bare FastAPI endpoint that only parses the same payload), all measured in this run.
 
 Usage: ``python -m benchmarks.decide [--seconds S] [--clients 1,8,32,64] [--policy NAME]
-[--rates R1,R2] [--admit 16,deadline] [--redis-admit] [--skip-redis]``
+[--rates R1,R2] [--admit 16,64] [--skip-redis]``
 
 The snapshot is 16 nodes x 64 pending jobs. The policy is ``hpc-kernel`` when ``models/`` ships
 one, else a kernel-shaped ONNX model built here from fixed weights (``--policy f1`` measures the
@@ -584,13 +584,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--skip-redis", action="store_true")
     parser.add_argument(
-        "--redis-admit",
-        action="store_true",
-        help="also run Redis with 1 and 2 workers under KAIROS_ADMISSION=deadline (the "
-        "redis-1w-dl and redis-2w-dl cells): under overload the API refuses what would miss "
-        "its deadline instead of queueing it for the workers",
-    )
-    parser.add_argument(
         "--redis-api-processes",
         type=int,
         default=None,
@@ -604,9 +597,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--admit",
         default="",
         help="also run the embedded default with admission: N for "
-        "KAIROS_MAX_DECISIONS_IN_FLIGHT=N, 'deadline' for KAIROS_ADMISSION=deadline, e.g. "
-        "16,deadline (shed requests are 429s, counted as refused; closed-loop clients honour "
-        "Retry-After)",
+        "KAIROS_MAX_DECISIONS_IN_FLIGHT=N, e.g. 16,64 (shed requests are 429s, counted as "
+        "refused; closed-loop clients honour Retry-After)",
     )
     parser.add_argument(
         "--rates",
@@ -719,26 +711,17 @@ def server_configs(args: argparse.Namespace) -> list[Config]:
         n = args.redis_api_processes
         api = {} if n is None else {"KAIROS_WORKERS": str(n)}
         configs += [("redis-1w", args.redis_url, 1, api), ("redis-2w", args.redis_url, 2, api)]
-        if args.redis_admit:
-            deadline = {**api, "KAIROS_ADMISSION": "deadline"}
-            configs += [
-                ("redis-1w-dl", args.redis_url, 1, deadline),
-                ("redis-2w-dl", args.redis_url, 2, deadline),
-            ]
     return configs
 
 
 def admission_configs(spec: str) -> list[Config]:
-    """The embedded cells of ``--admit``: ``N`` caps decisions in flight, ``deadline`` refuses
-    what would miss its deadline (ADRs 0075, 0077)."""
+    """The embedded cells of ``--admit``: ``N`` caps decisions in flight (ADR 0024)."""
     out: list[Config] = []
     for item in (i.strip() for i in spec.split(",") if i.strip()):
-        if item == "deadline":
-            out.append(("admit-dl", None, 0, {"KAIROS_ADMISSION": "deadline"}))
-        elif item.isdigit() and int(item) > 0:
+        if item.isdigit() and int(item) > 0:
             out.append((f"admit-{item}", None, 0, {"KAIROS_MAX_DECISIONS_IN_FLIGHT": item}))
         else:
-            raise SystemExit(f"--admit: {item!r} is neither a positive integer nor 'deadline'")
+            raise SystemExit(f"--admit: {item!r} is not a positive integer")
     return out
 
 

@@ -68,9 +68,7 @@ OVERLOADED_RESPONSE: dict[int | str, dict[str, Any]] = {
         "model": ErrorResponse,
         "description": (
             "`overloaded`: this replica already works on KAIROS_MAX_DECISIONS_IN_FLIGHT "
-            "decisions, or (KAIROS_ADMISSION=deadline) its adaptive limit, which shrinks while "
-            "decisions miss their deadline; nothing was decided or changed. Retry after "
-            "`Retry-After` seconds."
+            "decisions; nothing was decided or changed. Retry after `Retry-After` seconds."
         ),
     }
 }

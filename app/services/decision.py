@@ -221,80 +221,36 @@ def check_decision(state: ClusterState, decision: Decision) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why :class:`DecisionGate` would refuse a decision: ``reason`` (``limit``, ``deadline``),
-    the label of ``kairos_admission_refused_total``, and the message for the caller."""
+    """Why :class:`DecisionGate` would refuse a decision: ``reason`` (``limit``), the label of
+    ``kairos_admission_refused_total``, and the message for the caller."""
 
     reason: str
     message: str
 
 
 class DecisionGate:
-    """Admission to the decisions of one process (ADRs 0075, 0077).
+    """Admission to the decisions of one process (ADR 0024).
 
     Past ``limit`` decisions at once the next is refused at once (429 ``overloaded``,
     ``Retry-After``) instead of queueing behind work that already misses its deadlines: a
     refused caller retries on another replica or a little later, and the admitted ones keep
-    their latency.
-
-    With ``by_deadline`` the gate also keeps ``adaptive_limit``, an AIMD concurrency limit
-    driven by the decisions' own deadlines (as TCP's window is driven by losses): a decision
-    answered within its deadline raises it by ``1 / adaptive_limit`` (one per "window" of
-    decisions) while the limit is in use; one answered after its deadline cuts it by the factor
-    ``backoff``, at most once per window (only a decision admitted after the last cut counts, so
-    one backlog draining late is one signal). It starts at ``initial`` and never goes below
-    ``floor`` nor above ``limit``. No rate is estimated, so nothing assumes the pace is the same
-    at every concurrency. Only the event loop touches the gate.
-
-    The class attributes are the defaults; a service takes them from its settings
-    (``KAIROS_ADMISSION_INITIAL_LIMIT``, ``KAIROS_ADMISSION_MIN_LIMIT``,
-    ``KAIROS_ADMISSION_BACKOFF``, ``KAIROS_RETRY_AFTER_S``).
+    their latency. Only the event loop touches the gate.
     """
 
     #: seconds a refused caller is told to wait
     RETRY_AFTER_S = 1
-    #: the adaptive limit starts here, and never goes below FLOOR
-    INITIAL = 16.0
-    FLOOR = 4.0
-    #: the adaptive limit's ceiling when there is no hard limit
-    CEILING = 1024.0
-    #: factor applied to the adaptive limit on a missed deadline
-    BACKOFF = 0.9
 
-    def __init__(
-        self,
-        limit: int,
-        *,
-        by_deadline: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-        initial: float = INITIAL,
-        floor: float = FLOOR,
-        backoff: float = BACKOFF,
-        retry_after_s: int = RETRY_AFTER_S,
-    ) -> None:
-        if not 1.0 <= floor <= initial:
-            raise ValueError(f"the adaptive limit needs 1 <= floor <= initial ({floor}, {initial})")
-        if not 0.0 < backoff < 1.0:
-            raise ValueError(f"backoff must be between 0 and 1, exclusive ({backoff})")
+    def __init__(self, limit: int, *, retry_after_s: int = RETRY_AFTER_S) -> None:
         if retry_after_s < 1:
             raise ValueError(f"retry_after_s must be at least 1 ({retry_after_s})")
         #: 0: no limit
         self.limit = limit
-        self.by_deadline = by_deadline
-        self.floor = floor
-        self.backoff = backoff
         self.retry_after_s = retry_after_s
         self.in_flight = 0
-        #: decisions refused since start, by reason (``limit``, ``deadline``)
-        self.refused: dict[str, int] = {"limit": 0, "deadline": 0}
+        #: decisions refused since start, by reason
+        self.refused: dict[str, int] = {"limit": 0}
         #: called with the reason of each refusal (the metrics' counter)
         self.on_refused: Callable[[str], None] | None = None
-        self.adaptive_limit = min(initial, self._ceiling())
-        self._clock = clock
-        self._admitted = 0  # admissions since start (each decision's sequence number)
-        self._cut_at = 0  # admissions counted at the last cut
-
-    def _ceiling(self) -> float:
-        return float(self.limit) if self.limit else self.CEILING
 
     def refusal(self) -> Refusal | None:
         """Why a decision arriving now would be refused, or None; counts nothing."""
@@ -303,13 +259,6 @@ class DecisionGate:
                 "limit",
                 f"this replica is already working on {self.in_flight} decisions, its limit "
                 "(KAIROS_MAX_DECISIONS_IN_FLIGHT)",
-            )
-        if self.by_deadline and self.in_flight >= int(self.adaptive_limit):
-            return Refusal(
-                "deadline",
-                f"this replica is already working on {self.in_flight} decisions, its adaptive "
-                "limit, which shrinks while decisions miss their deadline "
-                "(KAIROS_ADMISSION=deadline)",
             )
         return None
 
@@ -332,43 +281,20 @@ class DecisionGate:
             raise self.refuse(refusal)
 
     @contextlib.contextmanager
-    def admit(self, deadline_s: float | None = None) -> Iterator[None]:
+    def admit(self) -> Iterator[None]:
         """Count one decision in flight for its duration (refused as :meth:`check` says)."""
         self.check()
-        started = self._clock()
-        self._admitted += 1
-        sequence = self._admitted
         self.in_flight += 1
         try:
             yield
         finally:
-            busy = self.in_flight
             self.in_flight -= 1
-            if self.by_deadline and deadline_s is not None:
-                self._learn(self._clock() - started, deadline_s, sequence, busy)
-
-    def _learn(self, latency_s: float, deadline_s: float, sequence: int, busy: int) -> None:
-        """AIMD on one completion (``busy``: decisions in flight when it completed)."""
-        if latency_s > deadline_s:
-            if sequence > self._cut_at:
-                self.adaptive_limit = max(self.floor, self.adaptive_limit * self.backoff)
-                self._cut_at = self._admitted
-        elif 2 * busy >= self.adaptive_limit:  # grow only a limit that is in use
-            grown = self.adaptive_limit + 1.0 / self.adaptive_limit
-            self.adaptive_limit = min(self._ceiling(), grown)
 
 
 def gate_from_settings(settings: Settings) -> DecisionGate:
-    """The admission gate ``KAIROS_MAX_DECISIONS_IN_FLIGHT``, ``KAIROS_ADMISSION`` and the
-    adaptive limit's ``KAIROS_ADMISSION_*`` settings describe."""
-    return DecisionGate(
-        settings.MAX_DECISIONS_IN_FLIGHT,
-        by_deadline=settings.ADMISSION == "deadline",
-        initial=settings.ADMISSION_INITIAL_LIMIT,
-        floor=settings.ADMISSION_MIN_LIMIT,
-        backoff=settings.ADMISSION_BACKOFF,
-        retry_after_s=settings.RETRY_AFTER_S,
-    )
+    """The admission gate ``KAIROS_MAX_DECISIONS_IN_FLIGHT`` and ``KAIROS_RETRY_AFTER_S``
+    describe."""
+    return DecisionGate(settings.MAX_DECISIONS_IN_FLIGHT, retry_after_s=settings.RETRY_AFTER_S)
 
 
 class DecisionService:
@@ -552,7 +478,7 @@ class DecisionService:
         :class:`TooManyRequestsError` when this process is at its limit (nothing is decided).
         """
         deadline = self.default_deadline_s if deadline_s is None else deadline_s
-        with self.gate.admit(deadline):
+        with self.gate.admit():
             return await self._decide(state, spec, request_id, deadline)
 
     async def _decide(

@@ -1,7 +1,7 @@
-"""Admission (ADR 0075): past ``KAIROS_MAX_DECISIONS_IN_FLIGHT`` decisions at once, a replica
+"""Admission (ADR 0024): past ``KAIROS_MAX_DECISIONS_IN_FLIGHT`` decisions at once, a replica
 refuses the next one with 429 ``overloaded`` and ``Retry-After``; nothing is decided, stored or
 applied, and the retry (same ``X-Request-ID`` or ``Idempotency-Key``) runs as new. A request
-whose ``Idempotency-Key`` already holds an answer gets that answer instead (ADR 0077)."""
+whose ``Idempotency-Key`` already holds an answer gets that answer instead."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from pydantic import ValidationError
 from sqlalchemy import func, select, update
 
 from app.api.middleware import AnsweredKeys
@@ -71,7 +70,7 @@ async def test_decide_past_the_limit_is_429_and_the_retry_is_new(
     with _busy(app) as gate:
         r = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": rid})
         _refused(r)
-        assert gate.refused == {"limit": 1, "deadline": 0}
+        assert gate.refused == {"limit": 1}
         metrics = (await client.get("/metrics")).text
         assert f"kairos_decisions_in_flight {float(LIMIT)}" in metrics
         assert 'status="429"' in metrics
@@ -97,7 +96,7 @@ async def test_a_full_replica_refuses_before_reading_the_body(
         _refused(r)
         huge = b" " * (app.state.settings.MAX_BODY_BYTES + 1)
         _refused(await client.post(f"/v1/clusters/{cid}/schedule", content=huge))
-        assert gate.refused == {"limit": 2, "deadline": 0}
+        assert gate.refused == {"limit": 2}
         metrics = (await client.get("/metrics")).text
         assert 'route="/v1/decide",status="429"' in metrics
         assert 'route="/v1/clusters/{cluster_id}/schedule",status="429"' in metrics
@@ -149,14 +148,14 @@ async def test_a_full_replica_answers_from_a_key_that_holds_an_answer(
         assert again.status_code == 200, again.text
         assert again.headers["idempotent-replayed"] == "true"
         assert again.json() == first.json()
-        assert gate.refused == {"limit": 0, "deadline": 0}
+        assert gate.refused == {"limit": 0}
         other = {**DECIDE_EXAMPLE, "now": DECIDE_EXAMPLE["now"] + 1}
         reused = await client.post("/v1/decide", json=other, headers=headers)
         assert reused.status_code == 409
         assert reused.json()["error"]["code"] == "idempotency_key_reused"
         free = {"Idempotency-Key": f"k-{uuid.uuid4().hex}"}
         _refused(await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers=free))
-        assert gate.refused == {"limit": 1, "deadline": 0}
+        assert gate.refused == {"limit": 1}
         metrics = (await client.get("/metrics")).text
         assert 'route="/v1/decide",status="409"' in metrics
     assert await _stored(app, rid) == 1
@@ -217,7 +216,7 @@ async def test_a_full_replica_reads_only_keys_it_answered_and_never_expired_ones
                 headers={"Idempotency-Key": elsewhere, "content-type": "application/json"},
             )
         )
-        assert gate.refused == {"limit": 2, "deadline": 0}
+        assert gate.refused == {"limit": 2}
     assert reads == [expired]
 
 
@@ -247,72 +246,15 @@ async def test_every_decision_leaves_the_gate_whatever_its_end(
     assert gate.in_flight == 0
     for _ in range(3 * LIMIT):  # more decisions than the limit, one after another: all admitted
         assert (await client.post("/v1/decide", json=DECIDE_EXAMPLE)).status_code == 200
-    assert gate.refused == {"limit": 0, "deadline": 0}
+    assert gate.refused == {"limit": 0}
 
 
-async def test_past_the_adaptive_limit_a_decision_is_429(
-    app: FastAPI, client: httpx.AsyncClient
-) -> None:
-    """``KAIROS_ADMISSION=deadline`` (ADR 0077): with the adaptive limit cut to its floor and
-    that many decisions in flight, the next is refused before anything is decided or stored; the
-    refusal is counted by reason and the limit is exported. A decision answered after its
-    deadline cuts the limit, one answered in time leaves it."""
-    gate: DecisionGate = app.state.decisions.gate
-    gate.by_deadline = True
-    gate.limit = 0
-    gate.adaptive_limit = DecisionGate.FLOOR
-    rid = f"req-{uuid.uuid4().hex}"
-    with contextlib.ExitStack() as stack:
-        for _ in range(int(DecisionGate.FLOOR)):
-            stack.enter_context(gate.admit())
-        r = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": rid})
-        assert r.status_code == 429, r.text
-        error = r.json()["error"]
-        assert error["code"] == "overloaded"
-        assert "adaptive limit" in error["message"]
-        assert r.headers["Retry-After"] == "1"
-        assert await _stored(app, rid) == 0
-        metrics = (await client.get("/metrics")).text
-        assert 'kairos_admission_refused_total{reason="deadline"} 1.0' in metrics
-        assert f"kairos_admission_limit {DecisionGate.FLOOR}" in metrics
-    r = await client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": rid})
-    assert r.status_code == 200, r.text
-    assert await _stored(app, rid) == 1
-    assert gate.refused == {"limit": 0, "deadline": 1}
-    # an answer after its deadline (here 1 ms) is a congestion signal
-    gate.adaptive_limit = 10.0
-    late = {**DECIDE_EXAMPLE, "deadline_ms": 0.001}
-    r = await client.post("/v1/decide", json=late)
-    assert r.status_code == 200, r.text
-    assert gate.adaptive_limit == 10.0 * DecisionGate.BACKOFF
-
-
-async def test_the_admission_setting_reaches_the_gate(database_url: str) -> None:
-    for admission, by_deadline in (("deadline", True), ("limit", False)):
-        app = create_app(Settings(DATABASE_URL=database_url, ADMISSION=admission))
-        async with app.router.lifespan_context(app):
-            assert app.state.decisions.gate.by_deadline is by_deadline
-    tuned = Settings(
-        DATABASE_URL=database_url,
-        ADMISSION="deadline",
-        MAX_DECISIONS_IN_FLIGHT=100,
-        ADMISSION_INITIAL_LIMIT=8,
-        ADMISSION_MIN_LIMIT=2,
-        ADMISSION_BACKOFF=0.5,
-        RETRY_AFTER_S=3,
-    )
+async def test_the_admission_settings_reach_the_gate(database_url: str) -> None:
+    tuned = Settings(DATABASE_URL=database_url, MAX_DECISIONS_IN_FLIGHT=100, RETRY_AFTER_S=3)
     app = create_app(tuned)
     async with app.router.lifespan_context(app):
         gate: DecisionGate = app.state.decisions.gate
-        assert (gate.limit, gate.adaptive_limit, gate.floor) == (100, 8.0, 2.0)
-        assert (gate.backoff, gate.retry_after_s) == (0.5, 3)
-
-
-def test_admission_settings_out_of_order_are_refused_by_name() -> None:
-    with pytest.raises(ValidationError, match="KAIROS_ADMISSION_MIN_LIMIT"):
-        Settings(ADMISSION_INITIAL_LIMIT=4, ADMISSION_MIN_LIMIT=8)
-    with pytest.raises(ValidationError, match="ADMISSION_BACKOFF"):
-        Settings(ADMISSION_BACKOFF=1.5)
+        assert (gate.limit, gate.retry_after_s) == (100, 3)
 
 
 def test_no_limit_admits_any_number() -> None:

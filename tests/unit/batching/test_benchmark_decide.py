@@ -166,14 +166,14 @@ def test_the_no_decision_cell_serves_and_stores_empty_decisions(tmp_path: Path) 
         server.stop()
 
 
-def test_admit_names_limit_and_deadline_cells() -> None:
-    assert bench.admission_configs("16, deadline") == [
+def test_admit_names_limit_cells() -> None:
+    assert bench.admission_configs("16, 64") == [
         ("admit-16", None, 0, {"KAIROS_MAX_DECISIONS_IN_FLIGHT": "16"}),
-        ("admit-dl", None, 0, {"KAIROS_ADMISSION": "deadline"}),
+        ("admit-64", None, 0, {"KAIROS_MAX_DECISIONS_IN_FLIGHT": "64"}),
     ]
     assert bench.admission_configs("") == []
-    with pytest.raises(SystemExit, match="'fast' is neither"):
-        bench.admission_configs("fast")
+    with pytest.raises(SystemExit, match="'deadline' is not a positive integer"):
+        bench.admission_configs("deadline")
 
 
 class _ScriptedServer:
@@ -250,40 +250,24 @@ def test_the_answer_reader_takes_retry_after_and_the_fallback_flag() -> None:
     assert bench._host_port("http://127.0.0.1:8123") == ("127.0.0.1", 8123)
 
 
-def test_redis_admit_adds_redis_cells_under_deadline_admission() -> None:
+def test_the_cells_of_a_run() -> None:
     def names(*argv: str) -> list[str]:
         parser_args = bench.build_parser().parse_args(list(argv))
         return [name for name, *_ in bench.server_configs(parser_args)]
 
     assert names() == ["ceiling", "no-decision", "embedded", "redis-1w", "redis-2w"]
-    assert names("--redis-admit") == [
+    assert names("--skip-redis", "--admit", "16") == [
         "ceiling",
         "no-decision",
         "embedded",
-        "redis-1w",
-        "redis-2w",
-        "redis-1w-dl",
-        "redis-2w-dl",
+        "admit-16",
     ]
-    assert names("--skip-redis", "--redis-admit", "--admit", "deadline") == [
-        "ceiling",
-        "no-decision",
-        "embedded",
-        "admit-dl",
-    ]
-    parsed = bench.build_parser().parse_args(["--redis-admit"])
-    for name, url, workers, env in bench.server_configs(parsed)[-2:]:
-        assert url == parsed.redis_url
-        assert workers == (1 if name == "redis-1w-dl" else 2)
-        assert "KAIROS_WORKERS" not in env  # as the environment says
-        assert env == {"KAIROS_ADMISSION": "deadline"}
 
 
 def test_the_redis_cells_api_can_run_in_several_processes() -> None:
-    parsed = bench.build_parser().parse_args(["--redis-admit", "--redis-api-processes", "2"])
+    parsed = bench.build_parser().parse_args(["--redis-api-processes", "2"])
     configs = {name: env for name, _, _, env in bench.server_configs(parsed)}
-    for name in ("redis-1w", "redis-2w", "redis-1w-dl", "redis-2w-dl"):
+    for name in ("redis-1w", "redis-2w"):
         assert configs[name]["KAIROS_WORKERS"] == "2"
-    assert configs["redis-2w-dl"]["KAIROS_ADMISSION"] == "deadline"
     for name in ("embedded", "no-decision"):
         assert "KAIROS_WORKERS" not in configs[name]
