@@ -2,7 +2,7 @@
 share inferences?
 
 Usage: ``python -m benchmarks.batching [--clients 32] [--seconds 6] [--workers 2]
-[--policy NAME] [--skip-redis]``
+[--policy NAME] [--skip-redis] [--no-decision]``
 
 ``clients`` closed-loop keep-alive clients send ``POST /v1/decide`` with the 16-node x 64-job
 snapshot of :mod:`benchmarks.decide` to three servers started here: the parse-only FastAPI
@@ -15,7 +15,10 @@ host's other load during the run shows as a gap between the two ceilings (printe
 For each cell: throughput, p50/p99 latency, the share of answers decided by the requested
 (learned) policy, the fallback's answers by reason, the mean batch (requests per batch, from
 the API's ``kairos_batch_size`` histogram, scraped before and after the cell: in-process
-batches for the embedded server, the workers' batches for Redis) and the ratio to the ceiling.
+batches for the embedded server, the workers' batches for Redis), the ratio to the ceiling and
+the server CPU per answered request. ``--no-decision`` adds the embedded service with every
+decision replaced by an empty one (:func:`benchmarks.decide.no_decision_app`): what the service
+costs around a decision.
 """
 
 from __future__ import annotations
@@ -30,14 +33,18 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.decide import Result, Server, load, measured, model_dir, start
+from benchmarks.decide import NO_DECISION, Result, Server, load, measured, model_dir, start
 
 _METRIC = re.compile(r"^kairos_batch_size_(sum|count)(?:\{[^}]*\})? (\S+)$", re.M)
 
 
 def batch_totals(url: str) -> tuple[float, float]:
     """``(requests, batches)`` so far, from the server's ``kairos_batch_size`` histogram."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return parse_batch_totals(httpx.get(f"{url}/metrics", timeout=10).text)
+
+
+def parse_batch_totals(text: str) -> tuple[float, float]:
+    """``(requests, batches)`` of a Prometheus text page's ``kairos_batch_size``."""
     totals = {"sum": 0.0, "count": 0.0}
     for kind, value in _METRIC.findall(text):
         totals[kind] += float(value)
@@ -71,6 +78,10 @@ def run_cell(server: Server, clients: int, seconds: float, policy: str) -> Cell:
     return Cell(server.name, result, mean, batches)
 
 
+def _ms(value: float | None) -> str:
+    return "?" if value is None else f"{value:.2f}"
+
+
 def _reasons(result: Result) -> str:
     if not result.reasons:
         return "-"
@@ -78,16 +89,20 @@ def _reasons(result: Result) -> str:
 
 
 def report(cells: list[Cell], clients: int, seconds: float, policy: str) -> list[str]:
-    ceilings = [c.result.rps for c in cells if c.name == "ceiling"]
-    ceiling = sum(ceilings) / len(ceilings)
+    ceilings = [c.result for c in cells if c.name == "ceiling"]
+    ceiling = sum(r.rps for r in ceilings) / len(ceilings)
+    cpus = [r.cpu_ms for r in ceilings if r.cpu_ms is not None]
+    ceiling_cpu = sum(cpus) / len(cpus) if cpus else None
     lines = [
         f"/v1/decide, 16 nodes x 64 jobs, {clients} keep-alive clients, {seconds:.0f} s per "
         f"cell, policy {policy}",
         f"ceiling (parse-only FastAPI, one process): {ceiling:.0f} req/s, mean of "
-        + " and ".join(f"{r:.0f}" for r in ceilings),
+        + " and ".join(f"{r.rps:.0f}" for r in ceilings)
+        + f"; server CPU {_ms(ceiling_cpu)} ms per request, cores "
+        + " and ".join(r.cores for r in ceilings),
         f"{'config':<10} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'learned':>8} "
-        f"{'mean batch':>10} {'batches':>7} {'x ceiling':>9} {'cores api / workers':>20}  "
-        "fallback reasons",
+        f"{'mean batch':>10} {'batches':>7} {'x ceiling':>9} {'cpu ms':>7} "
+        f"{'cores api / workers':>20}  fallback reasons",
     ]
     for cell in cells:
         r = cell.result
@@ -96,11 +111,16 @@ def report(cells: list[Cell], clients: int, seconds: float, policy: str) -> list
         mean = "-" if cell.mean_batch is None else f"{cell.mean_batch:.2f}"
         lines.append(
             f"{cell.name:<10} {r.rps:7.1f} {r.p50_ms:7.1f} {r.p99_ms:7.1f} {cell.learned:8.1%} "
-            f"{mean:>10} {cell.batches:7d} {r.rps / ceiling:9.2f} {r.cores:>20}  {_reasons(r)}"
+            f"{mean:>10} {cell.batches:7d} {r.rps / ceiling:9.2f} {_ms(r.cpu_ms):>7} "
+            f"{r.cores:>20}  {_reasons(r)}"
         )
+    lines.append(
+        "(cpu ms: server CPU per answered request, every process of the configuration; on a "
+        "shared host it does not depend on how the cores are shared out, req/s does)"
+    )
     lines += ["", "targets (issue 19, item 5)"]
     for cell in cells:
-        if cell.name == "ceiling":
+        if cell.name in ("ceiling", NO_DECISION):
             continue
         ok = cell.learned >= 0.99 and (cell.mean_batch or 0.0) >= 2.0
         lines.append(
@@ -127,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("KAIROS_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
     )
     parser.add_argument("--skip-redis", action="store_true")
+    parser.add_argument(
+        "--no-decision",
+        action="store_true",
+        help="also the embedded service with every decision replaced by an empty one: the most "
+        "any policy could reach against the ceiling in one process",
+    )
     return parser
 
 
@@ -137,6 +163,8 @@ def main(argv: list[str]) -> int:
         models, onnx_name = model_dir(work)
         policy = args.policy or onnx_name
         specs: list[tuple[str, str | None, int]] = [("ceiling", None, 0), ("embedded", None, 0)]
+        if args.no_decision:
+            specs.append((NO_DECISION, None, 0))
         if not args.skip_redis:
             specs.append(("redis", args.redis_url, args.workers))
         servers = [start(name, work, models, url, workers) for name, url, workers in specs]
@@ -155,4 +183,4 @@ if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
 
 
-__all__ = ["Cell", "batch_totals", "main", "report", "run_cell"]
+__all__ = ["Cell", "batch_totals", "main", "parse_batch_totals", "report", "run_cell"]
