@@ -1,10 +1,9 @@
-"""Keep the garbage collector's full passes off the request path (ADR 0068).
+"""Keep the garbage collector's full passes off the request path (ADR 0053).
 
 A started service holds a large, long-lived heap: the ONNX sessions' Python wrappers, SQLAlchemy's
 and pydantic's compiled models, FastAPI's routes, the registry. CPython's oldest-generation
-collection walks all of it, and the allocations of a few hundred decisions trigger one: measured
-on the `/v1/decide` benchmark (8 clients, hpc-kernel), 41 full collections in 20 s of ~90 ms each,
-17 % of the process's time and every request that waited behind one past the 50 ms deadline.
+collection walks all of it, and the allocations of a few hundred decisions trigger one, stalling
+every request in flight for as long as the walk takes.
 
 :func:`freeze_startup_heap` runs once start-up is done: one collection, then :func:`gc.freeze`
 moves every survivor to the permanent generation, which later collections skip. Garbage created

@@ -1,16 +1,16 @@
 """Evaluate an exported policy against the heuristics on the paper's protocol, in the training twin.
 
-Protocol (hpc-reproduction.md A.9): for each trace, the 10 sequences of 1024 jobs whose starts
-come from gym's legacy seeding with seed 1; each sequence starts on an empty cluster; the table
-entry is the mean over the sequences of the per-sequence average bounded slowdown.  The learned
-policy is the exported ONNX file run by onnxruntime (the artifact the service loads), decoded
-greedily (arg-max over the unmasked rows), so results are deterministic.
+Protocol (RLScheduler's, A.9 of the HPC reproduction spec): for each trace, the 10 sequences of
+1024 jobs whose starts come from gym's legacy seeding with seed 1; each sequence starts on an empty
+cluster; the table entry is the mean over the sequences of the per-sequence average bounded
+slowdown. The learned policy is the exported ONNX file run by onnxruntime (the artifact the service
+loads), decoded greedily (arg-max over the unmasked rows), so results are deterministic.
 
 Semantics are Kairos's.  By default the sequences run in the training twin
 (``training/hpc_env.py``, tested step by step against the service's ``DecisionRun``); ``--service``
 runs them through ``app.domains.hpc.simulate`` (the service's ``decide()``) with the service's
 validating
-``OnnxPolicy`` loader instead: the same numbers (tested), about five times slower.
+``OnnxPolicy`` loader instead: the same numbers (tested), slower.
 
     python -m training.evaluate --model models/hpc-kernel/1 \\
         --trace data/lublin_256.swf.gz data/lublin_256_new2.swf.gz --json eval.json

@@ -3,9 +3,9 @@
 The graph is written node by node with the ``onnx`` helper API rather than through
 ``torch.onnx.export``: the kernel actor is a plain stack of ``Linear``/``ReLU`` layers applied to
 every candidate row, so the graph is small, deterministic (same weights -> same bytes) and does not
-depend on the TorchScript exporter that torch 2.x deprecates (docs/adr/0061-onnx-export.md).
+depend on the TorchScript exporter that torch 2.x deprecates (ADR 0065).
 
-Contract (``spec/house-style.md`` §9, ``app/domains/hpc/encoding.py``)::
+Contract (the policy tensor contract of ``app/domains/hpc/encoding.py``)::
 
     obs          float32[B, N, F]   B and N dynamic, F = encoding.NUM_FEATURES
     action_mask  bool[B, N]

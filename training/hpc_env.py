@@ -5,7 +5,7 @@ Why a twin: training needs millions of decisions, and the general decision core
 milliseconds
 per step on a 256-node cluster.  On a homogeneous one-resource cluster (the Lublin traces: one
 processor per node) placement is a count of free processors, so a round of Kairos semantics can be
-simulated with a few numpy operations.  docs/adr/0060-training-environment.md records the choice.
+simulated with a few numpy operations.  ADR 0032 records the choice.
 
 Semantics (Kairos's, ``app/domains/hpc/decision.py``; tested step by step
 against ``DecisionRun`` and
@@ -30,7 +30,7 @@ Observation rows are exactly ``app.domains.hpc.encoding.encode_view`` of the cor
 with a single pickable row are applied automatically (``auto_forced``): they carry no choice.
 
 Rewards: each step returns ``-sum(bsld of the jobs started since the previous step) / length``,
-so an episode's return is RLScheduler's terminal reward ``-avg bsld`` (docs/adr/0062).
+so an episode's return is RLScheduler's terminal reward ``-avg bsld`` (ADR 0066).
 """
 
 from __future__ import annotations

@@ -1,21 +1,22 @@
 """PPO for the HPC "kernel" scheduling policy, in the single-file style of cleanrl.
 
-The policy is RLScheduler's kernel network (hpc-reproduction.md A.8) on Kairos's feature encoder
-(``app/domains/hpc/encoding.py``): one small MLP scores every visible candidate row, masked rows get
-``MASKED_LOGIT``, and a softmax over the rows is the action distribution.  The value network embeds
-every real row with its own MLP and pools them (masked mean and max) before a dense head.
+The policy is RLScheduler's kernel network (A.8 of the HPC reproduction spec) on Kairos's feature
+encoder (``app/domains/hpc/encoding.py``): one small MLP scores every visible candidate row,
+masked rows get ``MASKED_LOGIT``, and a softmax over the rows is the action distribution.  The
+value network embeds every real row with its own MLP and pools them (masked mean and max)
+before a dense head.
 
 Training runs on ``training/hpc_env.py``, an array-based twin of the service's decision loop
 (Kairos semantics, tested step by step against ``DecisionRun`` and the encoder), with EASY
 backfilling by default, so the policy picks both the head job and the backfill jobs, exactly as
-the service will ask it to (docs/adr/0060-training-environment.md).  Differences from
-RLScheduler, each recorded in docs/adr/006x:
+the service will ask it to (ADR 0032).  Differences from RLScheduler, each recorded in
+ADR 0066:
 
 * the reward is the per-job bounded slowdown paid when each job starts, ``-bsld_j / L``: its sum
   over an episode is RLScheduler's terminal reward ``-avg bsld`` (gamma = 1), only delivered
-  earlier (docs/adr/0062-dense-reward.md);
+  earlier;
 * an optional behaviour-cloning warm start imitates a heuristic teacher (SJF by default) before PPO
-  so that a short run starts from a sane policy (docs/adr/0063-bc-warm-start.md);
+  so that a short run starts from a sane policy;
 * training sequences never overlap the evaluation windows of the paper's protocol (seed 1,
   10 x 1024 jobs), see :func:`training_starts`;
 * the kept checkpoint is the best on validation sequences drawn from the training ranges, never on
@@ -118,7 +119,7 @@ class Args:
     gamma: float = 1.0
     """discount (RLScheduler: 1)"""
     gae_lambda: float = 0.9
-    """GAE lambda (RLScheduler: 0.97; 0.9 learns faster here, docs/adr/0064)"""
+    """GAE lambda (RLScheduler: 0.97; 0.9 cuts the advantages' variance, ADR 0066)"""
     num_minibatches: int = 4
     """minibatches per update epoch"""
     update_epochs: int = 4
@@ -128,7 +129,7 @@ class Args:
     clip_coef: float = 0.2
     """PPO clip (RLScheduler: 0.2)"""
     ent_coef: float = 0.01
-    """entropy bonus (keeps the warm-started actor exploring, docs/adr/0064)"""
+    """entropy bonus (keeps the warm-started actor exploring, ADR 0066)"""
     vf_coef: float = 0.5
     """value-loss weight"""
     max_grad_norm: float = 0.5

@@ -62,7 +62,7 @@ class PipelineOptions:
     max_queue_wait_s: float = 1.0
     fallback_reserve_s: float = DEFAULT_FALLBACK_RESERVE_S
     #: a heuristic-only request of at most this many (pending job, node) pairs is decided on the
-    #: event loop instead of in the decision thread (0: never); 64 jobs x 16 nodes take ~1 ms
+    #: event loop instead of in the decision thread (0: never)
     inline_max_cells: int = 4096
     #: seconds between looks for models another process installed (0: never; ADR 0086)
     models_rescan_s: float = 2.0
@@ -226,8 +226,8 @@ class DecisionPipeline:
 
     # A heuristic-only request gains nothing from a batch (heuristics decide one request at a
     # time), so it skips the batcher and its wait. A small one is decided right on the event loop
-    # (64 jobs x 16 nodes: ~1 ms, where a thread hop there and back costs a good part of that on
-    # two shared cores and always waits for the GIL anyway); a larger one in the decision thread.
+    # (a thread hop there and back would cost a good part of its decision and always waits for
+    # the GIL anyway); a larger one in the decision thread.
 
     async def _inline(self, request: DecisionRequest) -> DecisionOutcome:
         if not self.batcher.running:

@@ -17,8 +17,8 @@ The ONNX policy maps ``obs: float32[B, N, F]`` and ``action_mask: bool[B, N]`` t
 mapped back through ``index``.
 
 Features (in this order; constants are module-level and fixed for a schema version).  The first
-four follow RLScheduler's observation (hpc-reproduction.md A.5); the rest give the policy what
-RLScheduler's could not see: the free resources, the reservation and the decision phase.
+four follow RLScheduler's observation (A.5 of the HPC reproduction spec); the rest give the
+policy what RLScheduler's could not see: the free resources, the reservation and the decision phase.
 
 ====  =======================  =====================================================================
  #    name                     value

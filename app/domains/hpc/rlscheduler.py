@@ -1,6 +1,7 @@
 """``rlscheduler`` semantics: RLScheduler's (SC'20) simulator, quirks included.
 
-This reproduces A.2-A.7 of ``shared/spec/hpc-reproduction.md`` exactly enough to match every
+This reproduces RLScheduler's simulator (sections A.2-A.7 of the project's HPC reproduction
+spec) exactly enough to match every
 published heuristic cell for Lublin-1/Lublin-2 (see ``tests/unit/sim/test_rlscheduler_golden.py``):
 
 * node-granular allocation: a job takes ``ceil(procs / procs_per_node)`` whole nodes;
@@ -16,7 +17,7 @@ published heuristic cell for Lublin-1/Lublin-2 (see ``tests/unit/sim/test_rlsche
 RLScheduler keeps the queue as a Python list that it re-sorts in place (stable sort) with the
 policy key at each decision and with the FCFS key before each backfill scan.  All rlscheduler
 policy keys are static per job (WFP3/UNICEP use ``w = -1 - s``), so the live-list order is
-reproduced with precomputed ranks instead of sorting (see ``docs/adr/0031``):
+reproduced with precomputed ranks instead of sorting (ADR 0030):
 
 * the policy pick is the minimum of ``(key, index)``;
 * the backfill scan order is ``(submit, key, index)`` for jobs queued at the decision, followed

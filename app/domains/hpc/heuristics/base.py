@@ -4,8 +4,8 @@ A heuristic scores each job; :meth:`ScoreHeuristic.order` sorts ascending by
 ``(score, submit_time, id)`` so ties are fully deterministic.  Scores are made NaN-free
 (:func:`finite_key`) so the sort order is total for any input.
 
-Symbols (``domains.md``, ``hpc-reproduction.md`` A.7): ``s`` submit time, ``r`` requested walltime,
-``n`` job size (:func:`job_size`), ``w = now - s`` the wait so far (textbook WFP3/UNICEP).
+Symbols (RLScheduler's, A.7 of the HPC reproduction spec): ``s`` submit time, ``r`` requested
+walltime, ``n`` job size (:func:`job_size`), ``w = now - s`` the wait so far (textbook WFP3/UNICEP).
 """
 
 from __future__ import annotations
