@@ -20,11 +20,12 @@ RUN groupadd --system --gid 10001 kairos \
     && useradd --system --uid 10001 --gid kairos --home-dir /app --shell /usr/sbin/nologin kairos \
     && python3 -m venv "$VIRTUAL_ENV"
 
-# Dependencies first (their own layer, rebuilt only when pyproject.toml changes). Only the
-# runtime dependencies: the `train` extra (torch) is never installed in this image.
+# Dependencies first (their own layer, rebuilt only when pyproject.toml changes), with the
+# build backend, so that a change of the source reinstalls it without fetching anything. Only
+# the runtime dependencies: the `train` extra (torch) is never installed in this image.
 COPY pyproject.toml README.md ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt "setuptools>=77" \
     && rm /tmp/requirements.txt
 
 # The source. Installed in place (editable): app/db/migrate.py finds migrations/ beside app/,
@@ -36,7 +37,7 @@ COPY models ./models
 COPY kairos ./kairos
 COPY sim ./sim
 COPY app ./app
-RUN pip install --no-deps -e . \
+RUN pip install --no-deps --no-build-isolation -e . \
     && python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)" \
     && python -c "from app.policy.registry import PACKAGED_MODELS as m; assert (m / 'hpc-kernel').is_dir(), m"
 

@@ -58,5 +58,19 @@ test: lint typecheck browser-deps
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m benchmarks
 
+## make image: the service images. Where the Docker engine cannot pull the public ones,
+## scripts/build-base-image.sh builds a base, PostgreSQL and Redis from Debian's archive and
+## sets KAIROS_BASE_IMAGE, KAIROS_POSTGRES_IMAGE, KAIROS_REDIS_IMAGE in .env (made from .env.example)
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+.PHONY: image test-compose
+image:
+	@[ -f .env ] || cp .env.example .env
+	scripts/build-base-image.sh --auto --env-file .env
+	$(COMPOSE) build
+
+## make test-compose: the stack for real (tests/e2e/test_compose_stack.py; needs a Docker engine)
+test-compose: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -m docker tests/e2e/test_compose_stack.py $(PYTEST_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache kairos.db

@@ -128,13 +128,21 @@ context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 cp "$ROOT/docker/base/Dockerfile" "$context/Dockerfile"
 cp "$CA_BUNDLE" "$context/ca-bundle.crt"
-build=(docker build -q)
-[ "$force" = 1 ] && build+=(--no-cache)
-log "building $BASE_IMAGE"
-"${build[@]}" --build-arg ROOTFS_IMAGE="$ROOTFS_IMAGE" -t "$BASE_IMAGE" "$context" > /dev/null
-log "building $POSTGRES_IMAGE"
-"${build[@]}" --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$POSTGRES_IMAGE" "$ROOT/docker/postgres" > /dev/null
-log "building $REDIS_IMAGE"
-"${build[@]}" --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$REDIS_IMAGE" "$ROOT/docker/redis" > /dev/null
+build() { # TAG ARG=VALUE CONTEXT: quiet unless it fails (the engine's layer cache keeps it fast)
+    local out
+    out=$(mktemp)
+    local flags=()
+    [ "$force" = 1 ] && flags+=(--no-cache)
+    log "building $1"
+    if ! docker build "${flags[@]}" --build-arg "$2" -t "$1" "$3" > "$out" 2>&1; then
+        tail -30 "$out" >&2
+        rm -f "$out"
+        exit 1
+    fi
+    rm -f "$out"
+}
+build "$BASE_IMAGE" ROOTFS_IMAGE="$ROOTFS_IMAGE" "$context"
+build "$POSTGRES_IMAGE" BASE_IMAGE="$BASE_IMAGE" "$ROOT/docker/postgres"
+build "$REDIS_IMAGE" BASE_IMAGE="$BASE_IMAGE" "$ROOT/docker/redis"
 
 emit "$BASE_IMAGE" "$POSTGRES_IMAGE" "$REDIS_IMAGE"
