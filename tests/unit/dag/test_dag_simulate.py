@@ -184,6 +184,14 @@ def test_v3_decima_compat_inside_the_published_interval(
 
 
 @pytest.mark.slow
+def test_v3_readme_stream_fair_within_3_percent(lib: TpchLibrary) -> None:
+    """decima-sim's README test (1 + 5,000 jobs, 50 executors, env.seed(10,000,000)): the
+    repository's own figure for Fair is 62,710.5 ms."""
+    jct = avg_jct_s(lib, "decima-compat", "fair", 50, 0, jobs=5001, interval_s=25)
+    assert jct == pytest.approx(62.7105, rel=0.03)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("executors", "jobs", "seeds", "policy", "target", "half"),
     [
