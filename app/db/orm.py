@@ -22,6 +22,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -103,7 +104,10 @@ class DecisionRecord(Base):
     latency_ms: Mapped[float] = mapped_column(Double)
     dry_run: Mapped[bool] = mapped_column(Boolean)
     explain: Mapped[JSONDict | None] = mapped_column(JSON)
-    input_snapshot: Mapped[JSONDict] = mapped_column(JSON)
+    #: The input of rows stored before ``input_blob`` existed (migration 0004); NULL since.
+    input_snapshot: Mapped[JSONDict | None] = mapped_column(JSON(none_as_null=True))
+    #: The input, zlib-compressed JSON (:mod:`app.db.decision_input`, ADR 0097).
+    input_blob: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class JobRecord(TimestampMixin, Base):

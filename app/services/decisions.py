@@ -1,10 +1,11 @@
 """Reading the decision log.
 
-A decision's stored input (``input_snapshot``) is, since the HPC codec became its writer, an
-object ``{"codec": "hpc-state/1", "state": <state_to_json>, "policy", "fallback", "backfill",
-"placement", "explain"}``; older rows hold the ``/v1/decide`` request itself. Either way
-``GET /v1/decisions/{id}`` answers the input in ``/v1/decide`` request shape, so it replays as
-it is (:func:`replayable_input`).
+A decision's stored input (:func:`app.db.decision_input.stored_input`: the compressed
+``input_blob``, or ``input_snapshot`` of older rows) is an object ``{"codec": "hpc-state/1",
+"state": <state_to_json>, "policy", "fallback", "backfill", "placement", "explain"}``; the
+oldest rows hold the ``/v1/decide`` request itself. Either way ``GET /v1/decisions/{id}``
+answers the input in ``/v1/decide`` request shape, so it replays as it is
+(:func:`replayable_input`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from app.db.decision_input import stored_input
 from app.db.orm import DecisionRecord
 from app.db.repositories.decision_repository import DecisionRepository
 from app.schemas.common import Page
@@ -69,7 +71,7 @@ def decision_detail(record: DecisionRecord) -> DecisionDetail:
     read = decision_read(record)
     return DecisionDetail.model_construct(
         **{name: getattr(read, name) for name in DecisionRead.model_fields},
-        input=replayable_input(record.input_snapshot),
+        input=replayable_input(stored_input(record)),
     )
 
 

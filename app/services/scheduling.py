@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
+from app.db.decision_input import pack as pack_input
 from app.db.decision_writer import DecisionWriter, DuplicateRequestError
 from app.db.engine import backend_unavailable
 from app.db.orm import ClusterRecord, DecisionRecord
@@ -110,7 +111,6 @@ def decision_record(
 ) -> DecisionRecord:
     d = outcome.decision
     assert d is not None  # the service always answers with a decision
-    assert d is not None  # the service always answers with a decision
     return DecisionRecord(
         id=new_decision_id(),
         request_id=request_id,
@@ -136,7 +136,7 @@ def decision_record(
         latency_ms=outcome.latency_ms,
         dry_run=dry_run,
         explain=finite_json(dict(d.explain)) if spec.explain else None,
-        input_snapshot=snapshot_json(state, spec),
+        input_blob=pack_input(snapshot_json(state, spec)),
     )
 
 
