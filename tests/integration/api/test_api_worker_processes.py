@@ -111,6 +111,7 @@ def _decide(url: str) -> int:
     return httpx.post(f"{url}/v1/decide", json=DECIDE_EXAMPLE, timeout=30).status_code
 
 
+@pytest.mark.slow
 def test_metrics_of_either_worker_process_count_the_requests_of_both(tmp_path: Path) -> None:
     metrics_dir = tmp_path / "metrics"
     (metrics_dir).mkdir()
@@ -143,9 +144,10 @@ def test_metrics_of_either_worker_process_count_the_requests_of_both(tmp_path: P
         while not (_pids(metrics_dir, "gauge_livesum") - {str(victim)}) - before_kill:
             assert time.monotonic() < deadline, "uvicorn did not replace the killed worker"
             time.sleep(0.2)
-        # the scrape drops the dead worker's live gauges, and keeps its counts
+        # a scrape drops the dead worker's live gauges, and keeps its counts
         while str(victim) in _pids(metrics_dir, "gauge_livesum"):
             assert time.monotonic() < deadline, "the killed worker's gauges are still summed"
+            _scrape(url)
             time.sleep(0.2)
         for _ in range(8):
             samples = _scrape(url)
@@ -205,6 +207,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_a_worker_whose_event_loop_blocks_is_killed_and_replaced(tmp_path: Path) -> None:
     """Alive but blocked, a worker would keep its share of new connections and answer none of
     them: its loop stops beating, and the supervisor replaces it (ADR 0084)."""
@@ -240,6 +243,7 @@ def _beating(directory: Path) -> set[int]:
     return {int(p.stem) for p in directory.glob("*.beat")}
 
 
+@pytest.mark.slow
 def test_a_model_uploaded_to_one_worker_is_served_by_every_worker(tmp_path: Path) -> None:
     """The processes share ``MODELS_DIR``: each one's rescan loads what another installed, so
     every worker knows the upload (ADR 0086); before, only the one that took it did, and a
