@@ -157,7 +157,7 @@ class AnsweredKeys:
 class AdmissionMiddleware:
     """429 ``overloaded`` for a decision request (``POST /v1/decide``,
     ``/v1/clusters/{id}/schedule``) before its body is parsed, when the decision gate would
-    refuse it now (ADRs 0075, 0077).
+    refuse it now (ADR 0024).
 
     Under overload most requests are refused; refused here, one costs no JSON parsing or
     validation, which would otherwise take the CPU the admitted decisions need. The gate checks
