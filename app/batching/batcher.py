@@ -19,7 +19,8 @@ batch, and may skip an item whose caller has given up (``wanted``: its wait time
 cancelled), so an abandoned request costs no work once its batch reaches it (ADR 0071).
 
 A caller may bound its wait in two stages (:meth:`MicroBatcher.submit`): ``queue_timeout_s``
-for its batch to start, then ``run_timeout_s`` from that start. The run bound counts silence,
+for its batch's handler to start (a batch dispatched to a busy executor is still waiting), then
+``run_timeout_s`` from that start. The run bound counts silence,
 not work: while the handler keeps making progress on the batch (asks ``wanted`` or
 ``deliver``s for any of its items) its callers keep waiting, so a large batch is not abandoned
 item by item while it is answering them; a handler silent for longer than ``run_timeout_s``
@@ -84,7 +85,10 @@ class _Pending(Generic[T, R]):
     item: T
     future: asyncio.Future[R]
     run_timeout_s: float | None = None
-    timer: asyncio.TimerHandle | None = None
+    queue_timer: asyncio.TimerHandle | None = None
+    run_timer: asyncio.TimerHandle | None = None
+    #: the control of the batch it was dispatched in
+    control: BatchControl[R] | None = None
 
 
 class LoopHandover(Generic[R]):
@@ -187,8 +191,9 @@ class BatchControl(Generic[R]):
         self.started_at = started_at
         #: the batcher's measured handler seconds per item when the batch started
         self.item_seconds = item_seconds
-        #: ``time.monotonic()`` of the handler's last call to :meth:`wanted` or :meth:`deliver`
-        self.progressed_at = time.monotonic()
+        #: ``time.monotonic()`` of the handler's start or its last call to :meth:`wanted` or
+        #: :meth:`deliver` (``None`` while the handler waits for its thread)
+        self.progressed_at: float | None = None
 
     def wanted(self, index: int) -> bool:
         """False once item ``index``'s caller has its answer or gave up (cancelled, timed out).
@@ -316,39 +321,45 @@ class MicroBatcher(Generic[T, R]):
         future: asyncio.Future[R] = loop.create_future()
         pending = _Pending(item, future, run_timeout_s)
         if queue_timeout_s is not None:
-            pending.timer = loop.call_later(
+            pending.queue_timer = loop.call_later(
                 max(0.0, queue_timeout_s), self._expire_queued, pending, queue_timeout_s
             )
         self._queue.put_nowait(pending)
         try:
             return await future
         finally:
-            if pending.timer is not None:
-                pending.timer.cancel()
+            for timer in (pending.queue_timer, pending.run_timer):
+                if timer is not None:
+                    timer.cancel()
 
     def _expire_queued(self, pending: _Pending[T, R], seconds: float) -> None:
-        if not pending.future.done():
-            self.expired_in_queue += 1
-            pending.future.set_exception(BatchTimeoutError("queue", seconds))
+        """The queue bound holds until the handler of the item's batch has started (a batch
+        dispatched to a busy executor is still waiting)."""
+        control = pending.control
+        if pending.future.done() or (control is not None and control.progressed_at is not None):
+            return
+        self.expired_in_queue += 1
+        pending.future.set_exception(BatchTimeoutError("queue", seconds))
 
     def _arm_run_timer(
-        self, pending: _Pending[T, R], control: BatchControl[R], seconds: float, at: float
+        self, pending: _Pending[T, R], control: BatchControl[R], seconds: float
     ) -> None:
-        """Expire ``pending`` ``seconds`` after the handler's last progress, checked at ``at``
-        (``time.monotonic()``); re-armed while the handler progresses."""
+        """Expire ``pending`` once its batch's handler, started, has been silent for
+        ``seconds``; checked every ``seconds`` before it starts, re-armed while it progresses."""
         loop = asyncio.get_running_loop()
 
         def check() -> None:
             if pending.future.done():
                 return
-            due = control.progressed_at + seconds
             now = time.monotonic()
+            progressed = control.progressed_at
+            due = now + seconds if progressed is None else progressed + seconds
             if now < due:
-                pending.timer = loop.call_later(due - now, check)
+                pending.run_timer = loop.call_later(due - now, check)
             else:
                 pending.future.set_exception(BatchTimeoutError("run", seconds))
 
-        pending.timer = loop.call_later(max(0.0, at - time.monotonic()), check)
+        pending.run_timer = loop.call_later(seconds, check)
 
     async def _collect(self, queue: asyncio.Queue[_Pending[T, R]]) -> list[_Pending[T, R]]:
         batch = [await queue.get()]
@@ -370,6 +381,10 @@ class MicroBatcher(Generic[T, R]):
         self._last_size = len(batch)
         return batch
 
+    def _start_handler(self, items: list[T], control: BatchControl[R]) -> Sequence[R]:
+        control.progressed_at = time.monotonic()
+        return self._handler(items, control)
+
     async def _handle(self, live: list[_Pending[T, R]]) -> None:
         items = [p.item for p in live]
         loop = asyncio.get_running_loop()
@@ -379,16 +394,14 @@ class MicroBatcher(Generic[T, R]):
         self.batches += 1
         self.items += len(live)
         for pending in live:
-            if pending.timer is not None:
-                pending.timer.cancel()
-                pending.timer = None
+            pending.control = control
             if pending.run_timeout_s is not None:
                 # the handler may be silent for the item's bound plus the batch's expected work
                 seconds = pending.run_timeout_s + self.item_seconds * len(live)
-                self._arm_run_timer(pending, control, seconds, control.progressed_at + seconds)
+                self._arm_run_timer(pending, control, seconds)
         started = time.perf_counter()
         try:
-            handler = functools.partial(self._handler, items, control)
+            handler = functools.partial(self._start_handler, items, control)
             if self._executor is None:
                 results = await loop.run_in_executor(None, handler)
             else:  # the return value comes back with the last early answer: one wake-up

@@ -366,3 +366,36 @@ async def test_a_batch_carries_its_start_on_the_batchers_clock_and_the_cost_per_
     assert seen[0][1] == 0.0  # nothing measured before the first batch
     assert seen[1][1] > 0.0
     assert batcher.item_seconds > 0.0
+
+
+@pytest.mark.parametrize("queue_bound", [5.0, 0.1], ids=["within-queue-bound", "past-it"])
+async def test_a_batch_waiting_for_its_thread_is_still_queued(queue_bound: float) -> None:
+    """Dispatched to a busy executor, a batch's handler has not started: its callers' run
+    bound does not count yet (the batch has not been silent, it has not begun), the queue
+    bound still does."""
+    busy = threading.Event()
+    executor = ThreadPoolExecutor(1)
+    executor.submit(busy.wait, 10)  # the only thread is taken
+    recorder = Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        recorder, max_batch=4, max_wait_ms=0, executor=executor
+    )
+    batcher.start()
+    try:
+        waiting = asyncio.ensure_future(
+            batcher.submit(1, queue_timeout_s=queue_bound, run_timeout_s=0.02)
+        )
+        await _until(lambda: batcher.batches == 1, "the batch to be dispatched")
+        await asyncio.sleep(0.3)  # many run bounds; within the first queue bound only
+        if queue_bound > 1.0:
+            assert not waiting.done()
+            busy.set()
+            assert await asyncio.wait_for(waiting, 5) == 10
+        else:
+            with pytest.raises(BatchTimeoutError) as raised:
+                await waiting
+            assert raised.value.stage == "queue"
+    finally:
+        busy.set()
+        await batcher.stop()
+        executor.shutdown()
