@@ -7,6 +7,9 @@
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE} AS runtime
 
+# tests/e2e/test_compose_stack.py prunes the untagged images of earlier builds by this label
+LABEL io.kairos.image=service
+
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \

@@ -165,6 +165,8 @@ def stack(
         LOGS.parent.mkdir(exist_ok=True)
         LOGS.write_text(_run([*compose, "logs", "--no-color"], env=env).stdout)
         _run([*compose, "down", "-v", "--remove-orphans", "--timeout", "10"], env=env, timeout=300)
+        # the untagged images earlier builds of kairos:e2e left behind
+        _run([docker, "image", "prune", "-f", "--filter", "label=io.kairos.image=service"])
 
 
 def _wait_until_served_through_the_stream(stack: Stack, base: str) -> None:
