@@ -37,6 +37,7 @@ from app.domains.hpc.easy import EasyRound, backfill_mask
 from app.domains.hpc.encoding import ObsArray, StepArrays, static_features
 from app.domains.hpc.policy import OrderingPolicy, Phase, RankingPolicy, SteppingPolicy, StepView
 from app.domains.hpc.types import (
+    SINGLE_NODE_LABEL,
     Allocation,
     Backfill,
     ClusterState,
@@ -86,6 +87,11 @@ REASON_NO_KNOWN_END = "blocked: resources held with no known end"
 #: vectorised ``k`` over all rows is cheaper than a scan that may visit every row)
 SCAN_MAX_ROWS = 64
 
+#: first-fit on large clusters: a walk that has found this many dead rows tests the next
+#: :data:`UNLINK_BLOCK` rows at once
+UNLINK_AFTER = 32
+UNLINK_BLOCK = 1024
+
 _INF = math.inf
 
 
@@ -99,12 +105,20 @@ class DecisionConfig:
     explain: bool = False
 
 
+def _fcfs_key(job: Job) -> tuple[float, str]:
+    return (job.submit_time, job.id)
+
+
 def _end_key(x: float) -> float:
     return math.inf if math.isnan(x) else x
 
 
 def _fmt(x: float) -> str:
     return f"{x:g}"
+
+
+#: a job shape: (tasks, single node, per-task demand); equal shapes fit and place alike
+_ShapeKey = tuple[int, bool, tuple[float, ...]]
 
 
 @dataclass(slots=True)
@@ -122,6 +136,7 @@ class _Info:
     key: tuple[object, ...]  # shape key: same key, same fit/placement
     invalid: str | None = None
     index: int = -1  # position in DecisionRun._infos
+    shape: int = -1  # position of ``key`` in DecisionRun._shape_keys
 
 
 @dataclass(slots=True)
@@ -155,21 +170,25 @@ class _ShadowK:
     full: int
 
 
-@dataclass(slots=True)
-class _ShapeK:
-    """One job shape's tasks per row on the free matrix, kept current by recomputing only the
-    rows that allocations touched (free only shrinks, so ``k`` only falls).
+def _skip_dead(nxt: list[int], row: int) -> int:
+    """The first row at or after ``row`` not known to be dead in a :func:`_live_links` list
+    (path halving: the links stay valid and get shorter)."""
+    while True:
+        up = nxt[row]
+        if up == row:
+            return row
+        nxt[row] = nxt[up]
+        row = up
 
-    ``k`` are integers held in floats (the sums are exact); rows before ``first`` hold no task,
-    rows before ``first_full`` cannot hold the whole gang; ``seen`` is the position in the
-    run's log of touched rows up to which ``k`` is current.
-    """
 
-    k: list[float]
-    total: float
-    first: int
-    first_full: int
-    seen: int
+def _live_links(alive: BoolArray) -> list[int]:
+    """Row ``r`` -> the first live row at or after ``r`` (``len(alive)`` if none), plus the
+    sentinel row ``len(alive)`` linked to itself: a live row links to itself."""
+    n = alive.shape[0]
+    at = np.where(alive, np.arange(n, dtype=np.intp), n)
+    links: list[int] = np.minimum.accumulate(at[::-1])[::-1].tolist()
+    links.append(n)
+    return links
 
 
 @dataclass(slots=True)
@@ -183,29 +202,32 @@ class _StepCache:
 
 @dataclass(slots=True)
 class _Vectors:
-    """The stepping path's per-decision arrays, one row per ``_Info`` (built on the first step).
+    """The stepping path's per-decision arrays (built on the first step): ``[S, ...]`` rows are
+    job shapes (``_Info.shape``: same key, same fit), ``[J]`` rows are ``_Info``s.
 
-    ``fits_now`` of every job is computed for all rows at once from ``k`` (tasks that fit per job
-    and node), which is kept up to date by recomputing only the node columns an allocation
-    touched.  Every value equals what ``_place_now`` computes job by job (same float operations).
+    ``fits_now`` of every shape is computed for all node rows at once from ``k`` (tasks that fit
+    per shape and node), which is kept up to date by recomputing only the node columns an
+    allocation touched; a job's value is its shape's.  Every value equals what ``_place_now``
+    computes job by job (same float operations).
     """
 
-    demand: FloatArray  # [J, R] per task (sanitised like _Info.demand)
-    #: [J, R] tasks * demand, -inf where the demand is not positive (the pre-check skips those)
+    demand: FloatArray  # [S, R] per task (sanitised like _Info.demand)
+    #: [S, R] tasks * demand, -inf where the demand is not positive (the pre-check skips those)
     total: FloatArray
-    need: FloatArray  # [J, R] per-node need of the "largest free" pre-check, -inf likewise
-    safe: FloatArray  # [J, R] demand, 1.0 where not positive (no division by zero)
-    positive: BoolArray  # [J, R]
-    tasks: FloatArray  # [J]
-    single: BoolArray  # [J]
+    need: FloatArray  # [S, R] per-node need of the "largest free" pre-check, -inf likewise
+    safe: FloatArray  # [S, R] demand, 1.0 where not positive (no division by zero)
+    positive: BoolArray  # [S, R]
+    tasks: FloatArray  # [S]
+    single: BoolArray  # [S]
     any_single: bool
     #: some ``free / demand`` may overflow (subnormal demand): divide under ``np.errstate``
     overflow: bool
+    shape: IntArray  # [J] the job's shape
     usable: BoolArray  # [J] valid, tasks > 0, some node up
     excluded: BoolArray  # [J] unschedulable / no known end (never changes within a round)
     alive: BoolArray  # [J] not allocated yet
     ends: FloatArray  # [J] now + walltime_s
-    k: FloatArray  # [J, N]
+    k: FloatArray  # [S, N]
     dirty: set[int]  # node rows whose k column is stale
     fits: BoolArray | None = None  # [J], valid until the next allocation
     # encoder inputs (raw job values, as the encoder reads them from the jobs)
@@ -383,10 +405,9 @@ class DecisionRun:
         self._exclusion_cache: dict[tuple[object, ...], str | None] = {}
         self._vec: _Vectors | None = None
         self._free_slack: FloatArray | None = None  # free + slack, until the next allocation
-        #: first-fit on large clusters: per job shape, ``k`` kept current row by row
-        self._shape_k: dict[tuple[object, ...], _ShapeK] = {}
-        #: rows touched by allocations, in order (what a ``_ShapeK`` has not seen yet)
-        self._touched: list[int] = []
+        #: first-fit on large clusters: per job shape, the links past its dead rows
+        #: (:func:`_live_links`; see ``_shape_first_fit``)
+        self._live: dict[tuple[object, ...], list[int]] = {}
         self._shadow_k: _ShadowK | None = None  # the reserved job's k on the shadow matrix
         self._slack_rows: list[list[float]] | None = None
         #: per shadow-matrix row, bumped whenever the row changes
@@ -467,14 +488,18 @@ class DecisionRun:
 
     def _build_jobs(self, state: ClusterState) -> None:
         finished = state.finished
-        pending = sorted(state.pending, key=lambda j: (j.submit_time, j.id))
+        pending = sorted(state.pending, key=_fcfs_key)
         self._blocked_deps: dict[str, tuple[str, ...]] = {}
         names = self.resource_names
-        jobs: list[Job] = []
-        rows: list[tuple[float, ...]] = []
-        invalids: list[str | None] = []
-        #: per kept job, ``per_task`` as read (the encoder's input; ``rows`` are sanitised)
+        #: per kept job, ``per_task`` as read (the encoder's input; shapes are sanitised)
         self._raw_demand: list[tuple[float, ...]] = []
+        raw_demand = self._raw_demand.append
+        #: one entry per job shape (``_Info.key``): the fields of its ``_Info``s
+        shapes: dict[_ShapeKey, _Info] = {}
+        self._shape_keys: list[_ShapeKey] = []
+        self._infos: list[_Info] = []
+        self._by_id: dict[str, _Info] = {}
+        infos, by_id = self._infos, self._by_id
         for job in pending:
             if job.depends_on:
                 missing = tuple(d for d in job.depends_on if d not in finished)
@@ -483,7 +508,7 @@ class DecisionRun:
                     continue
             get = job.per_task.get
             dt = tuple([float(get(n, 0.0)) for n in names])  # to_tuple, inlined
-            self._raw_demand.append(dt)
+            raw_demand(dt)
             invalid: str | None = None
             # _invalid_reason is None exactly when this holds (every per_task name is in
             # ``names``; NaN fails the comparison): only a bad job pays for the message
@@ -491,45 +516,49 @@ class DecisionRun:
                 invalid = _invalid_reason(job)
                 if invalid is not None:
                     dt = tuple(v if v > 0.0 and math.isfinite(v) else 0.0 for v in dt)
-            jobs.append(job)
-            rows.append(dt)
-            invalids.append(invalid)
-        # one matrix for every demand vector (rows are the _Info.demand views), and one
-        # "positive columns" array per sign pattern
-        r = len(names)
-        matrix = np.array(rows, dtype=np.float64).reshape(len(rows), r)
-        self._demand = matrix
-        self._overflow = self._may_overflow(matrix[matrix > 0.0])
-        codes = ((matrix > 0.0) @ (1 << np.arange(r, dtype=np.int64))).tolist() if r else []
-        positives: dict[int, tuple[IntArray, list[int]]] = {}
-        self._infos: list[_Info] = []
-        self._by_id: dict[str, _Info] = {}
-        for index, job in enumerate(jobs):
-            code = codes[index] if r else 0
-            sign = positives.get(code)
-            if sign is None:
-                positive = np.flatnonzero(matrix[index] > 0.0)
-                sign = positives[code] = (positive, positive.tolist())
-            dt = rows[index]
             tasks = max(int(job.tasks), 0)
-            single = job.single_node
+            single = job.labels.get(SINGLE_NODE_LABEL) == "true"  # Job.single_node, inlined
+            key = (tasks, single, dt)
+            shape = shapes.get(key)
+            if shape is None:
+                shape = shapes[key] = self._shape_info(job, key, len(shapes))
+                self._shape_keys.append(key)
             # positional: job, demand, positive, cols, total, job_demand, tasks, single, key,
-            # invalid, index
+            # invalid, index, shape
             info = _Info(
                 job,
-                matrix[index],
-                sign[0],
-                sign[1],
-                tuple([tasks * v for v in dt]),
-                dt,
+                shape.demand,
+                shape.positive,
+                shape.cols,
+                shape.total,
+                shape.job_demand,
                 tasks,
                 single,
-                (tasks, single, dt),
-                invalids[index],
-                index,
+                shape.key,
+                invalid,
+                len(infos),
+                shape.shape,
             )
-            self._infos.append(info)
-            self._by_id[job.id] = info
+            infos.append(info)
+            by_id[job.id] = info
+        r = len(names)
+        #: the demand of every shape, one row each (the rows of ``_Info.job_demand``)
+        self._shape_demand: FloatArray = np.array(
+            [key[2] for key in self._shape_keys], dtype=np.float64
+        ).reshape(len(self._shape_keys), r)
+        demand = self._shape_demand
+        self._overflow = self._may_overflow(demand[demand > 0.0])
+
+    @staticmethod
+    def _shape_info(job: Job, key: _ShapeKey, shape: int) -> _Info:
+        """The shape fields of the ``_Info``s with ``key`` (``job`` stands for them)."""
+        tasks, single, dt = key
+        demand = np.array(dt, dtype=np.float64)
+        positive = np.flatnonzero(demand > 0.0)
+        total = tuple([tasks * v for v in dt])
+        return _Info(
+            job, demand, positive, positive.tolist(), total, dt, tasks, single, key, None, -1, shape
+        )
 
     @property
     def _free(self) -> FloatArray:
@@ -615,7 +644,7 @@ class DecisionRun:
             if vec.fits[info.index]:
                 result = place_rows(
                     self.config.placement,
-                    vec.k[info.index],
+                    vec.k[info.shape],
                     info.tasks,
                     info.single,
                     self._free,
@@ -659,69 +688,70 @@ class DecisionRun:
         return result
 
     def _shape_first_fit(self, info: _Info) -> RowPlacement | None:
-        """First-fit placement from the shape's incrementally kept ``k`` (:class:`_ShapeK`).
+        """First-fit placement: rows in id order, skipping the rows dead for the job's shape.
 
-        The same placement as :func:`~app.kernel.placement.place_rows` on
-        :func:`~app.kernel.placement.max_tasks_from` of the whole matrix: each touched row's
-        ``k`` is the same float computation (:func:`_tasks_on_row`), a gang fits iff
-        ``sum k >= tasks`` (one row with ``k >= tasks`` for a single-node job), and rows fill
-        in id order.  No "largest free" pre-check is needed for a job spread over nodes: no row
-        with ``free + slack < demand`` holds a task (``fl(a / d) < 1`` for ``a < d``).
+        A row is *dead* for a shape when it holds no task (for a single-node shape: not the
+        whole gang); free only shrinks within a round, so a dead row stays dead.  Each live
+        row's ``k`` is computed when the walk reaches it (:func:`_tasks_on_row`, the same float
+        computation as :func:`~app.kernel.placement.max_tasks_from`); a row found dead is
+        unlinked, and once a walk has met :data:`UNLINK_AFTER` dead rows, so are the dead rows
+        of the block that follows (:meth:`_unlink_dead`).  The
+        placement is the one :func:`~app.kernel.placement.place_rows` takes from ``k`` of the
+        whole matrix: a gang fits iff ``sum k >= tasks`` (one row with ``k >= tasks`` for a
+        single-node job), and rows fill in id order.  A failed walk visits fewer than ``tasks``
+        live rows (each holds at least one task).  No "largest free" pre-check is needed for a
+        job spread over nodes: no row with ``free + slack < demand`` holds a task
+        (``fl(a / d) < 1`` for ``a < d``).
         """
         tasks = info.tasks
-        sk = self._shape_k.get(info.key)
-        touched = self._touched
-        if sk is None:
-            base = max_tasks_from(
+        single = info.single
+        # a spread shape's dead rows (k = 0) do not depend on ``tasks``
+        key: tuple[object, ...] = info.key if single else info.job_demand
+        links = self._live.get(key)
+        if links is None:
+            ks = max_tasks_from(
                 self._free_plus_slack(), info.demand, info.positive, tasks, guard=self._overflow
             )
-            k = base.tolist()
-            sk = self._shape_k[info.key] = _ShapeK(k, float(base.sum()), 0, 0, len(touched))
-        elif sk.seen < len(touched):
-            k = sk.k
-            # a row that holds no task never will again within the round
-            rows = sorted({r for r in touched[sk.seen :] if k[r] > 0.0})
-            sk.seen = len(touched)
-            free_rows = self._free_rows
-            if len(rows) > SCAN_MAX_ROWS:
-                at = np.array(rows, dtype=np.intp)
-                sub = np.array([free_rows[r] for r in rows]) + self._slack[at]
-                news = max_tasks_from(
-                    sub, info.demand, info.positive, tasks, guard=self._overflow
-                ).tolist()
-            else:
-                slack = self._slack_row_lists()
-                demand, cols = info.job_demand, info.cols
-                news = [
-                    float(_tasks_on_row(free_rows[r], slack[r], demand, cols, tasks)) for r in rows
-                ]
-            for row, new in zip(rows, news, strict=True):
-                sk.total += new - k[row]
-                k[row] = new
-        k = sk.k
-        n = len(k)
-        if info.single:
-            row = sk.first_full
-            while row < n and k[row] < tasks:
-                row += 1
-            sk.first_full = row
-            return [(row, tasks)] if row < n else None
-        if sk.total < tasks:
-            return None
-        row = sk.first
-        while k[row] <= 0.0:
-            row += 1
-        sk.first = row
+            links = self._live[key] = _live_links(ks >= tasks if single else ks > 0.0)
+        end = len(links) - 1
+        free_rows = self._free_rows
+        slack = self._slack_row_lists()
+        demand, cols = info.job_demand, info.cols
         out: RowPlacement = []
         remaining = tasks
-        while remaining:
-            take = k[row]
-            if take > 0.0:
-                t = int(take) if take < remaining else remaining
-                out.append((row, t))
-                remaining -= t
-            row += 1
-        return out
+        dead = 0  # rows found dead by this walk
+        row = _skip_dead(links, 0)
+        while row < end:
+            k = _tasks_on_row(free_rows[row], slack[row], demand, cols, tasks)
+            if (single and k < tasks) or k <= 0:
+                dead += 1
+                if dead < UNLINK_AFTER:
+                    links[row] = row + 1
+                    row = _skip_dead(links, row + 1)
+                else:  # a run of dead rows: test the rows ahead at once
+                    self._unlink_dead(info, links, row)
+                    row = _skip_dead(links, row)
+                continue
+            if single:
+                return [(row, tasks)]
+            t = k if k < remaining else remaining
+            out.append((row, t))
+            remaining -= t
+            if not remaining:
+                return out
+            row = _skip_dead(links, row + 1)
+        return None
+
+    def _unlink_dead(self, info: _Info, links: list[int], row: int) -> None:
+        """Test rows ``row .. row + UNLINK_BLOCK`` of ``info``'s shape at once (``row`` is dead)
+        and link each to the first live row after it in the block (or the block's end)."""
+        stop = min(row + UNLINK_BLOCK, len(links) - 1)
+        free = self._free[row:stop] + self._slack[row:stop]
+        k = max_tasks_from(free, info.demand, info.positive, info.tasks, guard=self._overflow)
+        alive = k >= info.tasks if info.single else k > 0.0
+        alive[0] = False
+        at = np.where(alive, np.arange(row, stop, dtype=np.intp), stop)
+        links[row:stop] = np.minimum.accumulate(at[::-1])[::-1].tolist()
 
     def _column_max_free(self) -> list[float]:
         """Per resource, the largest ``free + slack`` of any row."""
@@ -814,7 +844,6 @@ class DecisionRun:
         self._hold_cache.clear()
         self._max_free = None
         self._free_slack = None
-        self._touched.extend(r for r, _ in rows)
 
     def _capped(self) -> bool:
         return (
@@ -1036,12 +1065,15 @@ class DecisionRun:
     def _build_vectors(self) -> _Vectors:
         infos = self._infos
         j = len(infos)
-        demand = self._demand  # the rows of every _Info.job_demand
-        tasks = np.array([i.tasks for i in infos], dtype=np.float64)
+        demand = self._shape_demand  # the rows of every shape's job_demand
+        keys = self._shape_keys
+        tasks = np.array([float(key[0]) for key in keys], dtype=np.float64)
         total = demand * tasks[:, None]  # _Info.total: float(tasks) * demand, as in Python
-        single = np.array([i.single for i in infos], dtype=np.bool_)
+        single = np.array([key[1] for key in keys], dtype=np.bool_)
         positive = demand > 0.0
         up = bool(self._up_nodes)
+        allocated = self._allocated
+        walltime = np.array([i.job.walltime_s for i in infos], dtype=np.float64).reshape(j)
         vec = _Vectors(
             demand=demand,
             total=np.where(positive, total, -np.inf),
@@ -1052,15 +1084,19 @@ class DecisionRun:
             single=single,
             any_single=bool(single.any()),
             overflow=self._overflow,
+            shape=np.array([i.shape for i in infos], dtype=np.intp).reshape(j),
             usable=np.array(
                 [up and i.invalid is None and i.tasks > 0 for i in infos], dtype=np.bool_
-            ),
+            ).reshape(j),
             excluded=np.zeros(j, dtype=np.bool_),
-            alive=np.array([i.job.id not in self._allocated for i in infos], dtype=np.bool_),
-            ends=np.array([self.now + i.job.walltime_s for i in infos], dtype=np.float64),
-            k=np.zeros((j, self._free.shape[0])),
+            alive=np.array([i.job.id not in allocated for i in infos], dtype=np.bool_).reshape(j)
+            if allocated
+            else np.ones(j, dtype=np.bool_),
+            ends=self.now + walltime,  # now + walltime_s, as in Python floats
+            k=np.zeros((len(keys), self._free.shape[0])),
             dirty=set(range(self._free.shape[0])),
         )
+        vec.walltime = walltime
         vec.excluded = self._excluded_all(vec)
         return vec
 
@@ -1083,18 +1119,20 @@ class DecisionRun:
         released) is the one of the initial free matrix, and is kept for later ``_exclusion``
         calls (``explain``).
         """
+        j = len(self._infos)
         invalid = np.array([i.invalid is not None for i in self._infos], dtype=np.bool_)
         if self._free.shape[0] == 0:
-            return np.ones(len(self._infos), dtype=np.bool_)
+            return np.ones(j, dtype=np.bool_)
         if self._reachable is None:
             reachable = self._free.copy()
             self._release_all(reachable, self._releases)
             self._reachable = reachable
-        excluded = invalid | ~self._feasible_all(vec, self._cap + self._slack)
-        return excluded | ~self._feasible_all(vec, self._reachable + self._slack)
+        never = ~self._feasible_all(vec, self._cap + self._slack)  # per shape
+        never |= ~self._feasible_all(vec, self._reachable + self._slack)
+        return invalid.reshape(j) | never[vec.shape]
 
     def _feasible_all(self, vec: _Vectors, free_slack: FloatArray) -> BoolArray:
-        """``_feasible_on`` of every job on one matrix (given as ``free + slack``)."""
+        """``_feasible_on`` of every shape on one matrix (given as ``free + slack``)."""
         k = self._k_columns(vec, free_slack)
         held = k.sum(axis=1)
         if vec.any_single:
@@ -1102,7 +1140,7 @@ class DecisionRun:
         return np.asarray((held >= vec.tasks) & (vec.tasks > 0), dtype=np.bool_)
 
     def _k_columns(self, vec: _Vectors, free_rows: FloatArray) -> FloatArray:
-        """``max_tasks_per_node`` of every job on the given rows of ``free + slack``: [J, n]."""
+        """``max_tasks_per_node`` of every shape on the given rows of ``free + slack``: [S, n]."""
         j, n = vec.demand.shape[0], free_rows.shape[0]
         r = vec.demand.shape[1]
         ratio = np.full((j, n, r), np.inf)
@@ -1132,14 +1170,13 @@ class DecisionRun:
             vec.dirty.clear()
         # the pre-checks of _place_now (-inf: a resource the job does not need passes)
         bound = np.array(self._free_total) + np.array(self._slack_total)
-        fits = (vec.total <= bound).all(axis=1)
+        fits = (vec.total <= bound).all(axis=1)  # per shape
         fits &= (vec.need <= free_slack.max(axis=0)).all(axis=1)
-        fits &= vec.usable
         held = vec.k.sum(axis=1)
         if vec.any_single:
             held = np.where(vec.single, vec.k.max(axis=1), held)
         fits &= held >= vec.tasks
-        vec.fits = np.asarray(fits, dtype=np.bool_)
+        vec.fits = np.asarray(fits[vec.shape] & vec.usable, dtype=np.bool_)
         return vec.fits
 
     def _compute_step(self) -> _StepCache:
@@ -1170,6 +1207,7 @@ class DecisionRun:
 
     def _step_arrays(self, step: _StepCache) -> StepArrays:
         vec = self._vectors()
+        assert vec.walltime is not None
         if vec.raw_total is None:  # the encoder's inputs, read from the jobs once per decision
             jobs = [i.job for i in self._infos]
             # tasks * per_task as read (float(tasks) * x: the same product as in Python floats)
@@ -1179,13 +1217,11 @@ class DecisionRun:
             tasks = np.array([float(job.tasks) for job in jobs], dtype=np.float64)
             vec.raw_total = raw * tasks[:, None]
             vec.submit = np.array([job.submit_time for job in jobs], dtype=np.float64)
-            vec.walltime = np.array([job.walltime_s for job in jobs], dtype=np.float64)
             vec.priority = np.array([job.priority for job in jobs], dtype=np.float64)
             vec.static = static_features(
                 vec.raw_total, vec.submit, vec.walltime, vec.priority, self.now, self._cap_total
             )
         assert vec.submit is not None
-        assert vec.walltime is not None
         assert vec.priority is not None
         assert vec.static is not None
         rows = self._rows_in_node_order
