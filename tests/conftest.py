@@ -3,13 +3,19 @@
 PostgreSQL: one throwaway database per test session (and per xdist worker),
 ``kairos_test_<pid>_<worker>``, created on the server at ``KAIROS_TEST_PG_URL`` (default: the
 machine's ``postgresql://postgres@127.0.0.1:5432/test``), migrated to head, dropped at the end.
-SQLite: a fresh file per test in ``tmp_path``.
+SQLite: ``sqlite_url`` is a fresh, empty file per test in ``tmp_path``; the ``database_url``
+backend ``sqlite`` is a per-test copy of one file migrated to head once per session.
+
+Without ``-m``, tests marked ``docker`` are deselected (``make test-compose`` runs them with
+``-m docker``) and so are tests marked ``slow`` unless ``KAIROS_TEST_ALL=1`` (``make test-all``).
+A ``-m`` expression selects by itself: ``-m slow``, ``-m "not docker"`` for everything else.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,6 +30,9 @@ from app.db.engine import make_engine
 from app.db.migrate import upgrade_to_head
 from app.main import create_app
 from app.settings import Settings
+
+#: ``KAIROS_TEST_ALL=1`` runs the tests marked ``slow`` too (``make test-all``).
+RUN_ALL_ENV = "KAIROS_TEST_ALL"
 
 PG_ADMIN_URL = os.environ.get("KAIROS_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -62,9 +71,54 @@ def pg_url() -> Iterator[str]:
         asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+def _chosen_by_marker(config: pytest.Config) -> bool:
+    return bool(config.option.markexpr)
+
+
+def _runs_slow(config: pytest.Config) -> bool:
+    return _chosen_by_marker(config) or os.environ.get(RUN_ALL_ENV, "") not in ("", "0")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if _chosen_by_marker(config):
+        return "markers: the -m expression alone selects"
+    if _runs_slow(config):
+        return f"markers: slow selected ({RUN_ALL_ENV}); docker deselected (make test-compose)"
+    return "markers: slow and docker deselected (make test-all runs slow, make test-compose docker)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``-m``: ``docker`` tests never run, ``slow`` ones only with ``KAIROS_TEST_ALL``."""
+    if _chosen_by_marker(config):
+        return
+    skipped = {"docker"} if _runs_slow(config) else {"docker", "slow"}
+    left = [i for i in items if not any(i.get_closest_marker(m) for m in skipped)]
+    if len(left) < len(items):
+        kept = {id(i) for i in left}
+        config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
+        items[:] = left
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
+    """A fresh, empty SQLite file (no schema)."""
     return f"sqlite:///{tmp_path / 'kairos.db'}"
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head, closed (no WAL left beside it): copied, never opened."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "kairos.db"
+    asyncio.run(_migrate(f"sqlite:///{path}"))
+    return path
+
+
+@pytest.fixture
+def migrated_sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
+    """This test's own copy of the migrated template (the same schema Alembic's head builds)."""
+    path = tmp_path / "kairos.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
 
 
 BACKENDS = [
@@ -77,15 +131,21 @@ BACKENDS = [
 def database_url(request: pytest.FixtureRequest) -> str:
     if request.param == "postgres":
         return str(request.getfixturevalue("pg_url"))
-    return str(request.getfixturevalue("sqlite_url"))
+    return str(request.getfixturevalue("migrated_sqlite_url"))
 
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
     # A generous deadline: the default clusters are decided by the shipped ONNX policy, and a
     # loaded CI machine must not turn that into a deadline fallback (tests of the deadline set
-    # their own).
-    return Settings(DATABASE_URL=database_url, MAX_BODY_BYTES=256 * 1024, DEFAULT_DEADLINE_MS=5_000)
+    # their own). No start-up heap freeze: its full collection walks the test process's whole
+    # heap on every app start (tests/integration/api/test_api_gc_freeze.py tests the freeze).
+    return Settings(
+        DATABASE_URL=database_url,
+        MAX_BODY_BYTES=256 * 1024,
+        DEFAULT_DEADLINE_MS=5_000,
+        GC_FREEZE=False,
+    )
 
 
 async def open_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:

@@ -42,9 +42,6 @@ README = ROOT / "README.md"
 MARKER = re.compile(r"^<!--\s*readme-test(?::\s*(?P<kind>[\w-]+))?\s*-->$")
 FENCE = re.compile(r"^```(?P<lang>\w*)\s*$")
 
-# a fresh venv (every dependency installed by pip) and the evaluate example: minutes, not seconds
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-
 
 @dataclass(frozen=True)
 class Block:
@@ -183,6 +180,9 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Checkout]:
     assert "deprecated" not in startup.lower()  # setuptools' project.license table, once
 
 
+# a fresh venv (every dependency installed by pip) and the evaluate example: minutes, not seconds
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_every_marked_readme_block_runs_as_written(checkout: Checkout) -> None:
     blocks = readme_blocks(README.read_text())
     # the walkthrough's five, the SDK's quick start and the evaluate example at least

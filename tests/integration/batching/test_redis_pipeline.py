@@ -112,6 +112,7 @@ def test_two_workers_400_concurrent_decisions(
     )
 
 
+@pytest.mark.slow
 def test_redis_killed_mid_flight_then_back(
     service: Service, redis_server: RedisServer, pg_url: str
 ) -> None:
@@ -150,6 +151,7 @@ def test_redis_killed_mid_flight_then_back(
     assert sorted(stored_request_ids(pg_url, ids)) == sorted(ids)
 
 
+@pytest.mark.slow
 def test_sigkilled_worker_pending_entries_are_reclaimed(
     service: Service, redis_server: RedisServer, pg_url: str
 ) -> None:
@@ -183,6 +185,7 @@ def test_sigkilled_worker_pending_entries_are_reclaimed(
     client.close()
 
 
+@pytest.mark.slow
 def test_no_worker_or_a_hung_redis_is_not_an_outage(
     service: Service, redis_server: RedisServer, pg_url: str
 ) -> None:

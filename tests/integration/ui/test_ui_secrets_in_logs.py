@@ -14,7 +14,10 @@ import pytest
 from tests.serving import kairos_serve
 
 
-@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+@pytest.mark.parametrize(
+    "workers",
+    [pytest.param(1, id="one-process"), pytest.param(2, id="two-workers", marks=pytest.mark.slow)],
+)
 def test_no_secret_reaches_the_server_log(tmp_path: Path, workers: int):
     key = f"sk-{secrets.token_hex(16)}"
     env = {
