@@ -13,8 +13,9 @@ Usage: ``python -m benchmarks.simulate [--kth PATH] [--repeat N] [--quick]``
   ``kairos evaluate`` run for heuristics and ranking policies), beside the snapshot path
   (``decide()`` at every decision point), the in-run reference and RLScheduler's published
   rates; target 50k jobs/s for F1 and SJF with EASY;
-* ``app.domains.hpc.env.SchedulingEnv`` steps/s (the service's decision step + the shared
-  encoder), and ``sim.vecenv.VectorSchedulingEnv`` (the same steps on node counts, batched).
+* ``app.domains.hpc.env.SchedulingEnv`` and ``VectorSchedulingEnv`` steps/s (the engine's
+  stepping API on the pooled count model and the encoder's one feature formula; target 41k
+  steps/s at 64 envs).
 
 Rates use process CPU time (the development machines are shared); wall time is printed too.
 """
@@ -30,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from app.domains.hpc.decision import DecisionConfig
-from app.domains.hpc.env import SchedulingEnv
+from app.domains.hpc.env import SchedulingEnv, VectorSchedulingEnv
 from app.domains.hpc.heuristics import get_heuristic
 from app.domains.hpc.policy import OrderingPolicy
 from app.domains.hpc.rlscheduler import sample_starts, simulate_sequence
@@ -38,7 +39,6 @@ from app.domains.hpc.simulate import KairosSimulator, simulate_kairos, workload_
 from app.domains.hpc.swf import SwfTrace, load_swf
 from app.domains.hpc.types import Backfill
 from sim.rlscheduler_reference import reference_simulate
-from sim.vecenv import VectorSchedulingEnv
 
 ROOT = Path(__file__).resolve().parents[1]
 LUBLIN1 = ROOT / "data" / "lublin_256.swf.gz"
@@ -195,9 +195,7 @@ def bench_env(trace: SwfTrace, steps: int) -> None:
 
 
 def bench_vector_env(trace: SwfTrace, steps: int, sizes: tuple[int, ...] = (1, 16, 64)) -> None:
-    print(
-        "\nVectorSchedulingEnv (batched node-count re-statement, step-identical to SchedulingEnv)"
-    )
+    print("\nVectorSchedulingEnv (the engine's EpisodeBatch: PooledMachine + the one encoder)")
     target = TARGET_FACTOR * PUBLISHED_ENV_STEPS
     for num_envs in sizes:
         env = VectorSchedulingEnv(trace, num_envs, sequence_length=256, backfill=Backfill.EASY)

@@ -8,7 +8,7 @@ tables);
 * :mod:`sim.engine` — :func:`~sim.engine.run_sequence`: one policy, one sequence, either semantics;
 * :mod:`app.domains.hpc.metrics`, :mod:`sim.evaluate`, :mod:`sim.report`, :mod:`sim.cli` (``kairos
 evaluate``);
-* :mod:`app.domains.hpc.env` (Gymnasium) and :mod:`sim.vecenv` (batched) training environments.
+* :mod:`app.domains.hpc.env` (Gymnasium, single and batched) training environments.
 
 Depends on :mod:`app.domain` only (import-linter contract); importing it does no work.
 """

@@ -7,7 +7,7 @@ slowdown. The learned policy is the exported ONNX file run by onnxruntime (the a
 loads), decoded greedily (arg-max over the unmasked rows), so results are deterministic.
 
 Semantics are Kairos's.  By default the sequences run in the training twin
-(``training/hpc_env.py``, tested step by step against the service's ``DecisionRun``); ``--service``
+(``training/hpc_env.py`` over the engine env ``app/domains/hpc/env.py``); ``--service``
 runs them through ``app.domains.hpc.simulate`` (the service's ``decide()``) with the service's
 validating
 ``OnnxPolicy`` loader instead: the same numbers (tested), slower.

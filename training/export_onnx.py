@@ -207,7 +207,7 @@ def export_policy(
             pickers = {h: heuristic_picker(h) for h in HEURISTIC_NAMES}
             pickers[name] = onnx_picker(onnx_path)
             rows = evaluate(evaluate_traces, pickers)
-            engine = "training/hpc_env.py twin with onnxruntime"
+            engine = "training/hpc_env.py (the engine env) with onnxruntime"
         table = markdown(rows)
         print(table)
         card = json.loads((out / "card.json").read_text())

@@ -1,42 +1,20 @@
-"""A fast, array-based twin of the Kairos decision loop for PPO on single-resource HPC traces.
+"""The training interface over the domain's engine env (:mod:`app.domains.hpc.env`).
 
-Why a twin: training needs millions of decisions, and the general decision core
-(``app.domains.hpc.decision.DecisionRun``: per-node placement, any resource vector) costs
-milliseconds
-per step on a 256-node cluster.  On a homogeneous one-resource cluster (the Lublin traces: one
-processor per node) placement is a count of free processors, so a round of Kairos semantics can be
-simulated with a few numpy operations.  ADR 0032 records the choice.
+PPO, ES and the training-side evaluation step episodes through :class:`HpcEpisode`: one slot of
+an :class:`~app.domains.hpc.env.EpisodeBatch`, so the rounds, masks and observations are the
+engine's (the EASY rules of ``app/domains/hpc/easy.py`` on the pooled count model, the encoder's
+one feature formula).  What this module adds is training bookkeeping only:
 
-Semantics (Kairos's, ``app/domains/hpc/decision.py``; tested step by step
-against ``DecisionRun`` and
-``encode_view`` in ``tests/unit/training/test_hpc_env.py``):
-
-* Events (arrivals, completions at ``start + run_time``) are processed one time at a time; after
-  all events of a time, one decision round runs if the queue is not empty.
-* HEAD phase: the policy picks any queued job; if it fits it starts and the round continues; if
-  not it is reserved at its earliest start (running jobs released in order of requested end
-  ``start + walltime``, ties together; jobs already past their requested end, i.e. overrunning
-  their request, all count as released at ``now``) and, with EASY, the round enters BACKFILL.
-* BACKFILL: a job may start if it fits now and either ends by the reservation's start or leaves
-  enough processors for the reserved job at that time (backfilled jobs that end later hold theirs).
-  The round ends when no job may.
-* The episode ends when the last job of the sequence has started; the cluster starts empty.
-* A HEAD phase in which no queued job fits ends the round at once (all it could do is reserve,
-  and the next round recomputes the reservation): like ``app.domains.hpc.simulate``, which skips
-  such rounds.
-
-Observation rows are exactly ``app.domains.hpc.encoding.encode_view`` of the corresponding
-``StepView`` (same features, same candidate window), and the action is a row index.  Decisions
-with a single pickable row are applied automatically (``auto_forced``): they carry no choice.
-
-Rewards: each step returns ``-sum(bsld of the jobs started since the previous step) / length``,
-so an episode's return is RLScheduler's terminal reward ``-avg bsld`` (ADR 0066).
+* positions: a pick is a position in the FCFS pending queue (the encoder's candidate index);
+* ``auto_forced``: decisions with a single pickable candidate are applied automatically;
+* rewards: each step returns ``-sum(bsld of the jobs started since the previous step) / length``,
+  so an episode's return is RLScheduler's terminal reward ``-avg bsld`` (docs/adr/0062);
+* teachers: :meth:`HpcEpisode.teacher_pos` is the heuristic's own order
+  (:meth:`app.domains.hpc.heuristics.base.ScoreHeuristic.order`) over the pickable jobs.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,77 +22,33 @@ import numpy as np
 import numpy.typing as npt
 
 from app.domains.hpc import encoding as enc
+from app.domains.hpc.env import EpisodeBatch, TraceJobs
+from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.simulate import CPU
+from app.domains.hpc.types import Backfill, Job
 
-FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-BSLD_TAU_S = 10.0
-_GUARD = 0.1
-_LOG_WALLTIME_SCALE = math.log1p(enc.WALLTIME_SCALE_S)
-_LOG_SLOWDOWN_SCALE = math.log1p(enc.SLOWDOWN_SCALE)
-_LOG_QUEUE_SCALE = math.log1p(enc.QUEUE_SCALE)
+HEURISTIC_NAMES = ("fcfs", "sjf", "f1", "wfp3", "unicep")
 
 
 @dataclass(frozen=True, slots=True)
 class JobTable:
-    """The columns of one cleaned trace that the twin needs (all float64, trace order)."""
+    """One trace's jobs as the engine sees them."""
 
     name: str
-    submit: FloatArray
-    run: FloatArray
-    walltime: FloatArray
-    procs: FloatArray
-    capacity: float
+    jobs: TraceJobs
 
     @property
     def n_jobs(self) -> int:
-        return int(self.submit.shape[0])
+        return self.jobs.n_jobs
 
     @classmethod
     def from_swf(cls, path: str) -> JobTable:
         from app.domains.hpc.swf import load_swf
 
         trace = load_swf(path)
-        return cls(
-            name=trace.name,
-            submit=trace.submit_time.astype(np.float64),
-            run=trace.run_time.astype(np.float64),
-            walltime=trace.request_time.astype(np.float64),
-            procs=trace.processors.astype(np.float64),
-            capacity=float(trace.max_procs),
-        )
-
-
-# ------------------------------------------------------------------------------------------------
-# heuristic scores (lower first; ties by submit then index), as app.domains.hpc.heuristics
-# ------------------------------------------------------------------------------------------------
-
-
-def _guarded(x: FloatArray) -> FloatArray:
-    return np.where(x > 0.0, x, _GUARD)
-
-
-def heuristic_scores(
-    name: str, submit: FloatArray, walltime: FloatArray, procs: FloatArray, now: float
-) -> FloatArray:
-    """Kairos's (textbook) heuristic scores of the given jobs at ``now``."""
-    if name == "fcfs":
-        return submit.copy()
-    if name == "sjf":
-        return walltime.copy()
-    if name == "f1":
-        return np.log10(_guarded(walltime)) * procs + 870.0 * np.log10(_guarded(submit))
-    wait = np.maximum(now - submit, 0.0)
-    if name == "wfp3":
-        x = wait / _guarded(walltime)
-        return -(x * x * x) * procs
-    if name == "unicep":
-        n = np.maximum(procs, 1.0)
-        return -wait / (np.log2(n) * _guarded(walltime) + 1e-15)
-    raise ValueError(f"unknown heuristic {name!r}")
-
-
-HEURISTIC_NAMES = ("fcfs", "sjf", "f1", "wfp3", "unicep")
+        return cls(name=trace.name, jobs=TraceJobs.from_trace(trace))
 
 
 @dataclass
@@ -125,7 +59,7 @@ class Observation:
 
 
 class HpcEpisode:
-    """One sequence of ``length`` jobs from ``table`` starting at ``start``, simulated lazily."""
+    """One sequence of ``length`` jobs from ``table`` starting at ``start``."""
 
     def __init__(
         self,
@@ -141,6 +75,9 @@ class HpcEpisode:
         self.auto_forced = auto_forced
         self.start = 0
         self.length = 0
+        self.done = True
+        self._batch: EpisodeBatch | None = None
+        self._jobs: list[Job] = []
 
     # -------------------------------------------------------------------------- episode control
 
@@ -149,248 +86,124 @@ class HpcEpisode:
         if start < 0 or start + length > self.t.n_jobs or length < 1:
             raise ValueError(f"sequence [{start}, {start + length}) outside the trace")
         self.start, self.length = start, length
-        self.end = start + length
-        self.next_arrival = start
-        self.queue: list[int] = []  # job indices, FCFS (trace) order
-        # running: heap of (actual end, index) for completions; requested ends kept alongside
-        self.completions: list[tuple[float, int]] = []
-        self.running: dict[int, float] = {}  # index -> start time
-        self.free = self.t.capacity
-        self.started = 0
-        self.start_time = np.full(length, np.nan)
-        self.bsld = np.zeros(length)
-        self.now = float(self.t.submit[start])
-        self.done = False
-        self.rounds = 0
-        self._pending_reward = 0.0
-        self._arrive_until(self.now)
-        self._new_round()
+        batch = self._batch
+        if batch is None or batch.length != length:
+            batch = self._batch = EpisodeBatch(
+                1,
+                length,
+                backfill=Backfill.EASY if self.backfill else Backfill.NONE,
+                max_candidates=self.max_candidates,
+            )
+        ep = batch.load(0, self.t.jobs, start)
+        jobs = self.t.jobs
+        ppn = jobs.procs_per_node
+        self._jobs = [
+            Job(
+                id=jobs.ids[i],
+                per_task={CPU: ppn},
+                walltime_s=float(jobs.walltime[i]),
+                submit_time=float(jobs.submit[i]),
+                tasks=int(jobs.tasks[i]),
+            )
+            for i in ep.order
+        ]
         return self._settle()
 
-    def _arrive_until(self, t: float) -> None:
-        submit = self.t.submit
-        while self.next_arrival < self.end and submit[self.next_arrival] <= t:
-            self.queue.append(self.next_arrival)
-            self.next_arrival += 1
-
-    def _new_round(self) -> None:
-        self.rounds += 1
-        self.phase_backfill = False
-        self.res_idx = -1
-        self.res_start = 0.0
-        self.shadow_free = 0.0
-        self._cache: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]] | None = None
-
-    def _advance(self) -> None:
-        """Process the next event time (all events at it), then open a new round."""
-        t_arr = (
-            float(self.t.submit[self.next_arrival]) if self.next_arrival < self.end else math.inf
-        )
-        t_done = self.completions[0][0] if self.completions else math.inf
-        t = min(t_arr, t_done)
-        if not math.isfinite(t):
-            raise RuntimeError("no event left but jobs are still queued")
-        self.now = t
-        while self.completions and self.completions[0][0] <= t:
-            _, j = heapq.heappop(self.completions)
-            del self.running[j]
-            self.free += self.t.procs[j]
-        self._arrive_until(t)
-        self._new_round()
-
-    # -------------------------------------------------------------------------- the round
-
-    def _masks(self) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-        """``(fits, mask)`` over the queue (cached until the next pick)."""
-        if self._cache is not None:
-            return self._cache
-        q = np.asarray(self.queue, dtype=np.int64)
-        procs = self.t.procs[q]
-        fits = procs <= self.free
-        if not self.phase_backfill:
-            mask = np.ones(len(q), dtype=np.bool_)
-        else:
-            res_procs = self.t.procs[self.res_idx]
-            ends_in_time = self.now + self.t.walltime[q] <= self.res_start
-            leaves_room = procs <= self.shadow_free - res_procs
-            mask = fits & (q != self.res_idx) & (ends_in_time | leaves_room)
-        self._cache = (fits, mask)
-        return self._cache
-
-    def _start_job(self, pos: int) -> None:
-        j = self.queue.pop(pos)
-        t = self.t
-        self.free -= t.procs[j]
-        self.running[j] = self.now
-        heapq.heappush(self.completions, (self.now + t.run[j], j))
-        k = j - self.start
-        self.start_time[k] = self.now
-        wait = self.now - t.submit[j]
-        b = max(1.0, (wait + t.run[j]) / max(t.run[j], BSLD_TAU_S))
-        self.bsld[k] = b
-        self._pending_reward -= b / self.length
-        self.started += 1
-
-    def _earliest(self, j: int) -> tuple[float, float]:
-        """Earliest start of job ``j`` and the free processors then (EASY shadow time)."""
-        need = self.t.procs[j]
-        free = self.free
-        if need <= free:
-            return self.now, free
-        t = self.t
-        releases = sorted((s + t.walltime[r], t.submit[r], r) for r, s in self.running.items())
-        i = 0
-        while i < len(releases):
-            # as in the core: overdue jobs (requested end already past: they overran their
-            # request) all release together at now; later ones in groups of equal requested end
-            end = max(releases[i][0], self.now)
-            while i < len(releases) and releases[i][0] <= end:
-                free += t.procs[releases[i][2]]
-                i += 1
-            if need <= free:
-                return end, free
-        raise RuntimeError(f"job {j} needs {need} processors; the cluster has {t.capacity}")
-
-    def apply(self, pos: int) -> None:
-        """Apply a pick: ``pos`` is a position in the queue whose mask entry is true."""
-        fits, mask = self._masks()
-        if not mask[pos]:
-            raise ValueError(f"queue position {pos} is masked out")
-        j = self.queue[pos]
-        if not self.phase_backfill:
-            if fits[pos]:
-                self._start_job(pos)
-            else:
-                self.res_idx = j
-                self.res_start, self.shadow_free = self._earliest(j)
-                if self.backfill:
-                    self.phase_backfill = True
-                else:
-                    self._cache = (fits, np.zeros_like(mask))
-                    return
-        else:
-            if self.now + self.t.walltime[j] > self.res_start:
-                self.shadow_free -= self.t.procs[j]
-            self._start_job(pos)
-        self._cache = None
-
-    def round_open(self) -> bool:
-        """A choice can still change something: a job is pickable and, in the HEAD phase, some
-        job fits now (otherwise the round can only reserve, which the next round redoes)."""
-        if not self.queue:
-            return False
-        fits, mask = self._masks()
-        return bool(mask.any()) and (self.phase_backfill or bool(fits.any()))
-
     def _settle(self) -> float:
-        """Advance until a real choice is pending (or the episode ends); returns the reward."""
-        while True:
-            if self.started == self.length:
-                self.done = True
-                break
-            if not self.round_open():
-                self._advance()
-                continue
-            mask = self._masks()[1]
-            if self.auto_forced and int(mask.sum()) == 1:
-                self.apply(int(np.flatnonzero(mask)[0]))
-                continue
-            break
-        reward, self._pending_reward = self._pending_reward, 0.0
-        return reward
+        """Settle the engine (and apply forced picks); returns the reward since the last call."""
+        batch = self._batch
+        assert batch is not None
+        view = batch.settle()
+        while self.auto_forced and view.allowed[0] == 1:
+            batch.pick(0, int(np.flatnonzero(view.mask[0])[0]))
+            view = batch.settle()
+        ep = batch.episode(0)
+        self.done = ep.finished
+        return ep.take_reward()
+
+    @property
+    def started(self) -> int:
+        return 0 if self._batch is None else self._batch.episode(0).started
+
+    @property
+    def now(self) -> float:
+        assert self._batch is not None
+        return self._batch.episode(0).machine.now
+
+    def _queue_handles(self) -> IntArray:
+        assert self._batch is not None
+        return np.flatnonzero(self._batch.pending[0]).astype(np.int64)
+
+    @property
+    def queue(self) -> list[int]:
+        """Trace indices of the pending jobs, FCFS order."""
+        assert self._batch is not None
+        order = self._batch.episode(0).order
+        return [order[h] for h in self._queue_handles().tolist()]
+
+    def _allowed(self) -> npt.NDArray[np.bool_]:
+        """The mask over the whole queue (not only the visible window)."""
+        assert self._batch is not None
+        view = self._batch.view
+        assert view is not None
+        allowed: npt.NDArray[np.bool_] = view.queue_mask[view.queue_slot == 0]
+        return allowed
 
     def step_queue(self, pos: int) -> float:
         """Apply a pick by queue position and settle; returns the step's reward."""
-        self.apply(pos)
+        if self.done:
+            raise RuntimeError("the episode is done")
+        if not bool(self._allowed()[pos]):
+            raise ValueError(f"queue position {pos} is masked out")
+        assert self._batch is not None
+        self._batch.episode(0).pick(int(self._queue_handles()[pos]))
         return self._settle()
 
     # -------------------------------------------------------------------------- observation
 
-    def window(self) -> IntArray:
-        """Queue positions the policy sees (``encoding.select_window``), ascending."""
-        count = len(self.queue)
-        if count <= self.max_candidates:
-            return np.arange(count, dtype=np.int64)
-        _, mask = self._masks()
-        q = np.asarray(self.queue, dtype=np.int64)
-        wt, sub, size = self.t.walltime[q], self.t.submit[q], self.t.procs[q] / self.t.capacity
-        pos = np.arange(count)
-        chosen: list[int] = []
-        seen: set[int] = set()
-        for group in (pos[mask], pos[~mask]):
-            by_sjf = group[np.lexsort((group, sub[group], wt[group]))]
-            by_small = group[np.lexsort((group, sub[group], size[group]))]
-            for a, b in zip(by_sjf.tolist(), by_small.tolist(), strict=True):
-                for i in (a, b):
-                    if i not in seen:
-                        seen.add(i)
-                        chosen.append(i)
-                        if len(chosen) == self.max_candidates:
-                            return np.array(sorted(chosen), dtype=np.int64)
-        return np.array(sorted(chosen), dtype=np.int64)
-
     def observe(self, pad_to: int | None = None) -> Observation:
         """The encoder's rows for the current step (``pad_to`` rows, padding masked)."""
-        rows = self.window()
-        n = len(rows) if pad_to is None else pad_to
+        assert self._batch is not None
+        view = self._batch.view
+        assert view is not None
+        width = int((view.index[0] >= 0).sum())
+        n = width if pad_to is None else pad_to
+        if n < width:
+            raise ValueError(f"pad_to={pad_to} is smaller than the window ({width})")
         obs = np.zeros((n, enc.NUM_FEATURES), dtype=np.float32)
         mask = np.zeros(n, dtype=np.bool_)
         index = np.full(n, -1, dtype=np.int64)
-        fits_all, mask_all = self._masks()
-        q = np.asarray(self.queue, dtype=np.int64)[rows]
-        t = self.t
-        wt = t.walltime[q]
-        wait = np.maximum(self.now - t.submit[q], 0.0)
-        free = self.free
-        has_res = self.res_idx >= 0
-        if has_res:
-            no_delay = (self.now + wt <= self.res_start).astype(np.float64)
-            horizon = (self.res_start - self.now) / enc.WAIT_SCALE_S
-        else:
-            no_delay = np.ones(len(q))
-            horizon = 0.0
-        with np.errstate(divide="ignore"):
-            vs_free = t.procs[q] / free if free > 0 else np.where(t.procs[q] > 0, np.inf, 0.0)
-        k = len(q)
-        cols = np.empty((k, enc.NUM_FEATURES), dtype=np.float64)
-        cols[:, 0] = wait / enc.WAIT_SCALE_S
-        cols[:, 1] = np.log1p(np.maximum(wt, 0.0)) / _LOG_WALLTIME_SCALE
-        cols[:, 2] = t.procs[q] / t.capacity
-        cols[:, 3] = np.where(fits_all[rows], 1.0 - enc.EPS, enc.EPS)
-        cols[:, 4] = vs_free
-        cols[:, 5] = no_delay
-        cols[:, 6] = (q == self.res_idx) if has_res else 0.0
-        cols[:, 7] = (
-            np.log1p(wait / np.maximum(np.maximum(wt, 0.0), enc.SLOWDOWN_MIN_RUNTIME_S))
-            / _LOG_SLOWDOWN_SCALE
-        )
-        cols[:, 8] = 0.5
-        cols[:, 9] = 1.0 if self.phase_backfill else 0.0
-        cols[:, 10] = math.log1p(len(self.queue)) / _LOG_QUEUE_SCALE
-        cols[:, 11] = min(free, t.capacity) / t.capacity
-        cols[:, 12] = horizon
-        cols = np.where(np.isfinite(cols), cols, np.where(cols == np.inf, 1.0, 0.0))
-        obs[:k] = np.clip(cols, 0.0, 1.0)
-        mask[:k] = mask_all[rows]
-        index[:k] = rows
+        obs[:width] = view.obs[0, :width]
+        mask[:width] = view.mask[0, :width]
+        index[:width] = view.index[0, :width]
         return Observation(obs, mask, index)
+
+    def window(self) -> IntArray:
+        """Queue positions the policy sees, ascending."""
+        index = self.observe().index
+        return index[index >= 0]
 
     def teacher_pos(self, heuristic: str, visible: IntArray | None = None) -> int:
         """Queue position the heuristic would pick now (first pickable job in its order),
         optionally among the ``visible`` queue positions only."""
-        _, mask = self._masks()
-        cand = np.flatnonzero(mask)
+        cand = np.flatnonzero(self._allowed())
         if visible is not None:
             cand = np.intersect1d(cand, visible)
-        q = np.asarray(self.queue, dtype=np.int64)[cand]
-        t = self.t
-        score = heuristic_scores(heuristic, t.submit[q], t.walltime[q], t.procs[q], self.now)
-        score = np.where(np.isnan(score), np.inf, score)
-        order = np.lexsort((q, t.submit[q], score))
-        return int(cand[order[0]])
+        picked = self._queue_handles()[cand].tolist()
+        jobs = self._jobs
+        position = {id(jobs[h]): p for p, h in zip(cand.tolist(), picked, strict=True)}
+        first = get_heuristic(heuristic).order([jobs[h] for h in picked], self.now)[0]
+        return position[id(first)]
+
+    @property
+    def start_time(self) -> npt.NDArray[np.float64]:
+        """Start time of every job of the sequence, trace order (NaN: not started yet)."""
+        assert self._batch is not None
+        return self._batch.episode(0).trace_starts()
 
     def avg_bsld(self) -> float:
-        return float(self.bsld.mean())
+        assert self._batch is not None
+        return self._batch.episode(0).avg_bsld()
 
 
 def run_sequence(

@@ -6,11 +6,11 @@ masked rows get ``MASKED_LOGIT``, and a softmax over the rows is the action dist
 value network embeds every real row with its own MLP and pools them (masked mean and max)
 before a dense head.
 
-Training runs on ``training/hpc_env.py``, an array-based twin of the service's decision loop
-(Kairos semantics, tested step by step against ``DecisionRun`` and the encoder), with EASY
-backfilling by default, so the policy picks both the head job and the backfill jobs, exactly as
-the service will ask it to (ADR 0032).  Differences from RLScheduler, each recorded in
-ADR 0066:
+Training runs on ``training/hpc_env.py``, the training interface over the domain's engine env
+(``app/domains/hpc/env.py``: the EASY rules of ``easy.py`` on the pooled count model, the
+encoder), with EASY backfilling by default, so the policy picks both the head job and the
+backfill jobs, exactly as the service will ask it to (ADR 0032).  Differences from
+RLScheduler, each recorded in ADR 0066:
 
 * the reward is the per-job bounded slowdown paid when each job starts, ``-bsld_j / L``: its sum
   over an episode is RLScheduler's terminal reward ``-avg bsld`` (gamma = 1), only delivered

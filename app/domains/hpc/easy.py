@@ -210,7 +210,7 @@ class EasyRound(Generic[J, P]):
 
 
 def backfill_mask(
-    fits: BoolArray, ends: FloatArray, shadow: float, holds: Callable[[int], bool]
+    fits: BoolArray, ends: FloatArray, shadow: float | FloatArray, holds: Callable[[int], bool]
 ) -> BoolArray:
     """The BACKFILL test of every candidate at once: ``fits`` (placeable now, not the reserved
     job) and rule (a) ``ends <= shadow``, or else rule (b) ``holds(i)`` (the model's

@@ -141,8 +141,8 @@ def static_features(
     submit: FloatVec,
     walltime: FloatVec,
     priority: FloatVec,
-    now: float,
-    capacity: Sequence[float],
+    now: float | FloatVec,
+    capacity: Sequence[float] | FloatVec,
 ) -> ObsArray:
     """Columns :data:`STATIC_FEATURES` of the rows of these jobs (clipped, as in the encoder).
 
@@ -162,6 +162,70 @@ def static_features(
     np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=0.0)
     np.clip(out, 0.0, 1.0, out=out)
     return out
+
+
+Scalar = float | FloatVec
+
+
+def features(
+    *,
+    demand: FloatVec,
+    capacity: Sequence[float] | FloatVec,
+    free: Sequence[float] | FloatVec,
+    submit: FloatVec,
+    walltime: FloatVec,
+    priority: FloatVec,
+    fits: MaskArray,
+    is_reserved: FloatVec | MaskArray,
+    now: Scalar,
+    has_reservation: bool | MaskArray,
+    reservation_start: Scalar,
+    backfill_phase: Scalar,
+    queue_length: Scalar,
+    free_fraction: Scalar,
+    static: ObsArray | None = None,
+) -> ObsArray:
+    """The 13 features of ``M`` candidate rows (the only statement of the formulas).
+
+    Per-row inputs are ``[M]`` (``demand``: ``[M, R]`` total demand per resource); the view's
+    values (``now``, ``capacity`` and ``free`` (``[R]`` or ``[M, R]``), the reservation, the
+    phase, ``queue_length`` (the feature value ``log1p(candidates) / log1p(QUEUE_SCALE)``) and
+    ``free_fraction``) are scalars for one view or ``[M]`` rows for stacked views: every element
+    goes through the same float64 operations either way, then one cast to float32.
+    ``static``: columns :data:`STATIC_FEATURES` as :func:`static_features` computed them.
+    """
+    m = len(submit)
+    out = np.zeros((m, NUM_FEATURES), dtype=np.float32)
+    if static is None:
+        static = static_features(demand, submit, walltime, priority, now, capacity)
+    out[:, STATIC_FEATURES] = static  # already clipped: the final clip leaves them as they are
+    walltime = np.maximum(walltime, 0.0)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        out[:, 3] = np.where(fits, 1.0 - EPS, EPS)
+        out[:, 4] = _dominant_shares(demand, free)
+        out[:, 5] = np.where(has_reservation, now + walltime <= reservation_start, 1.0)
+        out[:, 6] = np.where(has_reservation, is_reserved, 0.0)
+        out[:, 12] = np.where(has_reservation, (reservation_start - now) / WAIT_SCALE_S, 0.0)
+    out[:, 9] = backfill_phase
+    out[:, 10] = queue_length
+    out[:, 11] = free_fraction
+    # +inf (demand on an absent resource, overflow) saturates at 1; NaN becomes 0
+    np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=0.0)
+    np.clip(out, 0.0, 1.0, out=out)
+    return out
+
+
+def queue_feature(candidates: int) -> float:
+    """Feature 10 of a view with ``candidates`` candidates."""
+    return math.log1p(candidates) / _LOG_QUEUE_SCALE
+
+
+def free_fraction(free: Sequence[float], capacity: Sequence[float]) -> float:
+    """Feature 11: the mean over resources with capacity of ``min(free, capacity) / capacity``."""
+    with_capacity = [(f, c) for f, c in zip(free, capacity, strict=True) if c > 0.0]
+    if not with_capacity:
+        return 0.0
+    return sum(min(f, c) / c for f, c in with_capacity) / len(with_capacity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,21 +329,36 @@ def _select_window_arrays(
     arrays: StepArrays, capacity: Sequence[float], max_candidates: int
 ) -> list[int] | None:
     """:func:`select_window` from the arrays; ``None`` when a key is NaN (the sort-based path
-    then decides, as NaN has no consistent order).
-
-    Candidates are in FCFS order ``(submit, id)``, so the ``id`` tie-break of the SJF and
-    "smallest" keys is the candidate index, and a stable lexsort gives the same orders.
-    """
+    then decides, as NaN has no consistent order)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         share = _dominant_shares(arrays.total_demand, capacity)
     walltime, submit = arrays.walltime, arrays.submit
     if np.isnan(share).any() or np.isnan(walltime).any() or np.isnan(submit).any():
         return None
+    return window_rows(arrays.mask, walltime, submit, share, max_candidates)
+
+
+def window_rows(
+    mask: MaskArray,
+    walltime: FloatVec,
+    submit: FloatVec,
+    size: FloatVec | npt.NDArray[np.int64],
+    max_candidates: int,
+) -> list[int]:
+    """The candidate window (see the module docstring) of candidates in FCFS order ``(submit,
+    id)``: indices, ascending.  ``size`` is any key in the order of the dominant share; no key
+    is NaN.
+
+    Candidates are in FCFS order, so the ``id`` tie-break of the SJF and "smallest" keys is the
+    candidate index, and a stable lexsort gives the same orders.
+    """
+    if len(mask) <= max_candidates:
+        return list(range(len(mask)))
     chosen: list[int] = []
     seen: set[int] = set()
-    for group in (np.flatnonzero(arrays.mask), np.flatnonzero(~arrays.mask)):
+    for group in (np.flatnonzero(mask), np.flatnonzero(~mask)):
         by_sjf = group[np.lexsort((submit[group], walltime[group]))].tolist()
-        by_small = group[np.lexsort((submit[group], share[group]))].tolist()
+        by_small = group[np.lexsort((submit[group], size[group]))].tolist()
         for pair in zip(by_sjf, by_small, strict=True):
             for i in pair:
                 if i not in seen:
@@ -309,73 +388,52 @@ dominant_shares = _dominant_shares
 
 
 def _fill_rows(view: StepView, rows: Sequence[int], out: ObsArray) -> None:
+    """:func:`features` of the ``rows`` of one view (read from the jobs without
+    :class:`StepArrays`)."""
     if not rows:
+        return
+    if view.arrays is not None:
+        out[:] = _fill_many([view], [rows])
         return
     names = view.resource_names
     capacity = [float(view.schedulable_capacity.get(name, 0.0)) for name in names]
-    arrays = view.arrays
-    free = list(arrays.free_total) if arrays is not None else _aggregate_free(view.free, names)
-    with_capacity = [(f, c) for f, c in zip(free, capacity, strict=True) if c > 0.0]
-    free_fraction = (
-        sum(min(f, c) / c for f, c in with_capacity) / len(with_capacity) if with_capacity else 0.0
-    )
-    reservation = view.reservation
+    free = _aggregate_free(view.free, names)
     jobs = [view.candidates[i] for i in rows]
-    if arrays is not None:
-        at = np.asarray(rows, dtype=np.intp)
-        demand = arrays.total_demand[at]
-        submit = arrays.submit[at]
-        walltime = np.maximum(arrays.walltime[at], 0.0)
-        priority = arrays.priority[at]
-        fits = arrays.fits[at]
-    else:
-        demand = np.array(
+    reservation = view.reservation
+    out[:] = features(
+        demand=np.array(
             [[job.tasks * float(job.per_task.get(name, 0.0)) for name in names] for job in jobs],
             dtype=np.float64,
-        ).reshape(len(jobs), len(names))
-        submit = np.array([job.submit_time for job in jobs], dtype=np.float64)
-        walltime = np.maximum(np.array([job.walltime_s for job in jobs], dtype=np.float64), 0.0)
-        priority = np.array([job.priority for job in jobs], dtype=np.float64)
-        fits = np.array([view.fits_now[i] for i in rows], dtype=np.bool_)
-    wait = np.maximum(view.now - submit, 0.0)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        out[:, 0] = wait / WAIT_SCALE_S
-        out[:, 1] = np.log1p(walltime) / _LOG_WALLTIME_SCALE
-        out[:, 2] = _dominant_shares(demand, capacity)
-        out[:, 3] = np.where(fits, 1.0 - EPS, EPS)
-        out[:, 4] = _dominant_shares(demand, free)
-        if reservation is None:
-            out[:, 5] = 1.0
-            out[:, 6] = 0.0
-            out[:, 12] = 0.0
-        else:
-            out[:, 5] = view.now + walltime <= reservation.start_at
-            out[:, 6] = [1.0 if job.id == reservation.job_id else 0.0 for job in jobs]
-            out[:, 12] = (reservation.start_at - view.now) / WAIT_SCALE_S
-        slowdown = wait / np.maximum(walltime, SLOWDOWN_MIN_RUNTIME_S)
-        out[:, 7] = np.log1p(slowdown) / _LOG_SLOWDOWN_SCALE
-        out[:, 8] = 0.5 + 0.5 * np.tanh(priority / PRIORITY_SCALE)
-    out[:, 9] = 1.0 if view.phase is Phase.BACKFILL else 0.0
-    out[:, 10] = math.log1p(len(view.candidates)) / _LOG_QUEUE_SCALE
-    out[:, 11] = free_fraction
-    # +inf (demand on an absent resource, overflow) saturates at 1; NaN becomes 0
-    np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=0.0)
-    np.clip(out, 0.0, 1.0, out=out)
+        ).reshape(len(jobs), len(names)),
+        capacity=capacity,
+        free=free,
+        submit=np.array([job.submit_time for job in jobs], dtype=np.float64),
+        walltime=np.array([job.walltime_s for job in jobs], dtype=np.float64),
+        priority=np.array([job.priority for job in jobs], dtype=np.float64),
+        fits=np.array([view.fits_now[i] for i in rows], dtype=np.bool_),
+        is_reserved=np.array(
+            [reservation is not None and job.id == reservation.job_id for job in jobs]
+        ),
+        now=view.now,
+        has_reservation=reservation is not None,
+        reservation_start=reservation.start_at if reservation is not None else 0.0,
+        backfill_phase=1.0 if view.phase is Phase.BACKFILL else 0.0,
+        queue_length=queue_feature(len(view.candidates)),
+        free_fraction=free_fraction(free, capacity),
+    )
 
 
 def _fill_many(views: Sequence[StepView], windows: Sequence[Sequence[int]]) -> ObsArray:
-    """:func:`_fill_rows` of many views at once: their rows stacked into one ``[M, F]`` block.
+    """:func:`features` of many views at once: their rows stacked into one ``[M, F]`` block.
 
-    Every view carries :class:`StepArrays` and the same ``resource_names``.  Per-view values
-    (``now``, the reservation, the phase, the free totals...) are repeated per row, so each
-    element goes through exactly the operations (and float32 casts) of :func:`_fill_rows`.
+    Every view carries :class:`StepArrays` and the same ``resource_names``; per-view values are
+    repeated per row.
     """
     names = views[0].resource_names
     widths = [len(rows) for rows in windows]
     m = sum(widths)
-    out = np.zeros((m, NUM_FEATURES), dtype=np.float32)
     if m == 0:
-        return out
+        return np.zeros((0, NUM_FEATURES), dtype=np.float32)
     per_view: list[tuple[float, ...]] = []
     capacities: list[list[float]] = []
     frees: list[tuple[float, ...]] = []
@@ -388,17 +446,10 @@ def _fill_many(views: Sequence[StepView], windows: Sequence[Sequence[int]]) -> O
         assert arrays is not None
         capacity = [float(view.schedulable_capacity.get(name, 0.0)) for name in names]
         free = arrays.free_total
-        with_capacity = [(f, c) for f, c in zip(free, capacity, strict=True) if c > 0.0]
-        free_fraction = (
-            sum(min(f, c) / c for f, c in with_capacity) / len(with_capacity)
-            if with_capacity
-            else 0.0
-        )
         reservation = view.reservation
-        has, start, horizon = 0.0, 0.0, 0.0
+        has, start = 0.0, 0.0
         if reservation is not None and rows:
             has, start = 1.0, reservation.start_at
-            horizon = (reservation.start_at - view.now) / WAIT_SCALE_S
             jobs = view.candidates
             for k, i in enumerate(rows):
                 if jobs[i].id == reservation.job_id:
@@ -408,10 +459,9 @@ def _fill_many(views: Sequence[StepView], windows: Sequence[Sequence[int]]) -> O
                 view.now,
                 has,
                 start,
-                horizon,
                 1.0 if view.phase is Phase.BACKFILL else 0.0,
-                math.log1p(len(view.candidates)) / _LOG_QUEUE_SCALE,
-                free_fraction,
+                queue_feature(len(view.candidates)),
+                free_fraction(free, capacity),
             )
         )
         capacities.append(capacity)
@@ -433,40 +483,24 @@ def _fill_many(views: Sequence[StepView], windows: Sequence[Sequence[int]]) -> O
         offset += len(rows)
     count = np.asarray(widths, dtype=np.intp)
     scalars = np.repeat(np.asarray(per_view, dtype=np.float64), count, axis=0)
-    now, has_res, start_at = scalars[:, 0], scalars[:, 1] > 0.0, scalars[:, 2]
-    r = len(names)
-    shape = (len(views), r)
-    free_rows = np.repeat(np.asarray(frees, dtype=np.float64).reshape(shape), count, axis=0)
-    demand = np.concatenate([p[0] for p in parts]).reshape(m, r)
-    walltime = np.maximum(np.concatenate([p[2] for p in parts]), 0.0)
-    fits = np.concatenate([p[4] for p in parts])
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        if statics is not None:  # already clipped: the final clip leaves them as they are
-            out[:, STATIC_FEATURES] = np.concatenate(statics)
-        else:
-            capacity_rows = np.repeat(
-                np.asarray(capacities, dtype=np.float64).reshape(shape), count, axis=0
-            )
-            submit = np.concatenate([p[1] for p in parts])
-            priority = np.concatenate([p[3] for p in parts])
-            wait = np.maximum(now - submit, 0.0)
-            out[:, 0] = wait / WAIT_SCALE_S
-            out[:, 1] = np.log1p(walltime) / _LOG_WALLTIME_SCALE
-            out[:, 2] = _dominant_shares(demand, capacity_rows)
-            slowdown = wait / np.maximum(walltime, SLOWDOWN_MIN_RUNTIME_S)
-            out[:, 7] = np.log1p(slowdown) / _LOG_SLOWDOWN_SCALE
-            out[:, 8] = 0.5 + 0.5 * np.tanh(priority / PRIORITY_SCALE)
-        out[:, 3] = np.where(fits, 1.0 - EPS, EPS)
-        out[:, 4] = _dominant_shares(demand, free_rows)
-        out[:, 5] = np.where(has_res, now + walltime <= start_at, 1.0)
-        out[:, 6] = reserved
-        out[:, 12] = scalars[:, 3]
-    out[:, 9] = scalars[:, 4]
-    out[:, 10] = scalars[:, 5]
-    out[:, 11] = scalars[:, 6]
-    np.nan_to_num(out, copy=False, nan=0.0, posinf=1.0, neginf=0.0)
-    np.clip(out, 0.0, 1.0, out=out)
-    return out
+    shape = (len(views), len(names))
+    return features(
+        demand=np.concatenate([p[0] for p in parts]).reshape(m, len(names)),
+        capacity=np.repeat(np.asarray(capacities, dtype=np.float64).reshape(shape), count, axis=0),
+        free=np.repeat(np.asarray(frees, dtype=np.float64).reshape(shape), count, axis=0),
+        submit=np.concatenate([p[1] for p in parts]),
+        walltime=np.concatenate([p[2] for p in parts]),
+        priority=np.concatenate([p[3] for p in parts]),
+        fits=np.concatenate([p[4] for p in parts]),
+        is_reserved=reserved,
+        now=scalars[:, 0],
+        has_reservation=scalars[:, 1] > 0.0,
+        reservation_start=scalars[:, 2],
+        backfill_phase=scalars[:, 3],
+        queue_length=scalars[:, 4],
+        free_fraction=scalars[:, 5],
+        static=np.concatenate(statics) if statics is not None else None,
+    )
 
 
 def encode_view(

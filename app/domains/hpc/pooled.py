@@ -131,6 +131,19 @@ class PooledMachine:
     def shadow(self) -> float:
         return self._easy.shadow
 
+    def round_state(self) -> tuple[float, int, bool, bool, int, float]:
+        """``(now, free, BACKFILL phase, done, reserved job or -1, shadow time)``."""
+        easy = self._easy
+        reserved = easy.reserved
+        return (
+            self.now,
+            self.free,
+            easy.phase is Phase.BACKFILL,
+            easy.stopped,
+            -1 if reserved is None else reserved,
+            easy.shadow,
+        )
+
     def allowed(self, job: int) -> bool:
         """Whether picking pending ``job`` now is allowed (HEAD: it can ever start; BACKFILL:
         it may start now under the rules)."""

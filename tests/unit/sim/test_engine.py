@@ -254,5 +254,51 @@ def test_the_service_and_the_simulator_run_the_same_rules(monkeypatch):
     assert calls == ["_MatrixModel"]
 
 
+def test_the_env_and_the_service_run_the_same_rules(monkeypatch):
+    """The training env's picks go through easy.EasyRound and its masks through
+    easy.backfill_mask, as decide() for a stepping policy."""
+    from app.domains.hpc.env import VectorSchedulingEnv
+    from training.hpc_env import HpcEpisode, JobTable
+
+    picks: list[str] = []
+    masks: list[int] = []
+    pick, mask = easy.EasyRound.pick, easy.backfill_mask
+
+    def spy_pick(self, job):
+        picks.append(type(self.model).__name__)
+        return pick(self, job)
+
+    def spy_mask(fits, ends, shadow, holds):
+        masks.append(len(fits))
+        return mask(fits, ends, shadow, holds)
+
+    monkeypatch.setattr(easy.EasyRound, "pick", spy_pick)
+    monkeypatch.setattr(easy, "backfill_mask", spy_mask)
+    monkeypatch.setattr("app.domains.hpc.env.backfill_mask", spy_mask)
+    monkeypatch.setattr("app.domains.hpc.decision.backfill_mask", spy_mask)
+    trace = load_swf(DATA / "lublin_256.swf.gz")
+    env = VectorSchedulingEnv(trace, 4, sequence_length=64)
+    _, info = env.reset(seed=1)
+    for _ in range(50):
+        _, _, _, _, info = env.step(info["action_mask"].argmax(axis=1))
+    assert len(picks) == 200
+    assert set(picks) == {"PooledMachine"}
+    assert masks
+    picks.clear()
+    masks.clear()
+    episode = HpcEpisode(JobTable.from_swf(str(DATA / "lublin_256.swf.gz")))
+    episode.reset(7085, 64)
+    while not episode.done:
+        episode.step_queue(episode.teacher_pos("sjf"))
+    assert set(picks) == {"PooledMachine"}
+    assert masks
+    picks.clear()
+    masks.clear()
+    workload = workload_from_trace(trace, 7085, 64)
+    KairosSimulator(workload, config=DecisionConfig(), pooled=True).run(FirstAllowed())
+    assert set(picks) == {"_MatrixModel"}
+    assert masks
+
+
 def test_the_twin_is_gone():
     assert importlib.util.find_spec("sim.kairos_fast") is None

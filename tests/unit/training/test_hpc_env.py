@@ -1,119 +1,126 @@
-"""The training twin follows the service's decision core and encoder step by step.
+"""The training interface runs on the engine env and equals the frozen training twin.
 
-At every step of every round, the twin's observation rows, mask and row->candidate index must equal
-``encode_view(DecisionRun.view())`` for the same cluster state, and applying the same pick to both
-must keep them in lock-step (same starts, same reservation, same end of round).
+``tests/unit/domain/reference/hpc_env.py`` is the array twin that training used before issue 19
+(its own copy of the EASY rules and the features).  Driven with the same picks, the engine
+adapter must give the same observation rows, masks, row->queue indices, rewards, teacher picks
+and episode ends.  The twin broke ties in trace order, the engine by job id (the service's
+order), so the comparison renumbers the jobs with ids of one width (then both orders agree).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from app.domains.hpc.decision import DecisionConfig, DecisionRun, decide
-from app.domains.hpc.encoding import encode_view
+from app.domains.hpc.decision import DecisionConfig
+from app.domains.hpc.env import TraceJobs
 from app.domains.hpc.heuristics import get_heuristic
-from app.domains.hpc.types import Backfill, ClusterState, Job, Node, Placement, RunningJob
+from app.domains.hpc.simulate import simulate_kairos
+from app.domains.hpc.swf import SwfTrace, load_swf
+from app.domains.hpc.types import Backfill
+from tests.unit.domain.reference import hpc_env as frozen
 from training.hpc_env import HpcEpisode, JobTable, run_sequence
 
 TRACE = Path(__file__).resolve().parents[3] / "data" / "lublin_256.swf.gz"
 
 
-def _jid(j: int) -> str:
-    return f"{j:07d}"  # zero-padded: string order == trace order, as the twin breaks ties
+def _same_width_ids(trace: SwfTrace) -> SwfTrace:
+    return dataclasses.replace(trace, job_id=np.arange(trace.n_jobs, dtype=np.int64) + 1_000_000)
+
+
+def _tables(trace: SwfTrace) -> tuple[JobTable, frozen.JobTable]:
+    trace = _same_width_ids(trace)
+    old = frozen.JobTable(
+        trace.name,
+        trace.submit_time.astype(np.float64),
+        trace.run_time.astype(np.float64),
+        trace.request_time.astype(np.float64),
+        trace.processors.astype(np.float64),
+        float(trace.max_procs),
+    )
+    return JobTable(trace.name, TraceJobs.from_trace(trace)), old
 
 
 @pytest.fixture(scope="module")
-def table() -> JobTable:
+def lublin() -> SwfTrace:
     if not TRACE.exists():
         pytest.skip(f"{TRACE} missing")
-    return JobTable.from_swf(str(TRACE))
+    return load_swf(TRACE)
 
 
-def _job(t: JobTable, j: int) -> Job:
-    return Job(
-        id=_jid(j),
-        per_task={"cpu": 1.0},
-        walltime_s=float(t.walltime[j]),
-        submit_time=float(t.submit[j]),
-        tasks=int(t.procs[j]),
-    )
+@pytest.fixture(scope="module")
+def table(lublin: SwfTrace) -> JobTable:
+    return JobTable(lublin.name, TraceJobs.from_trace(lublin))
 
 
-def cluster_state(ep: HpcEpisode) -> ClusterState:
-    """The snapshot the service would receive at the start of the twin's current round."""
-    t = ep.t
-    running: list[RunningJob] = []
-    used = 0
-    for j, start in sorted(ep.running.items()):
-        n = int(t.procs[j])
-        placements = tuple(Placement(node_id=f"n{used + k:03d}", tasks=1) for k in range(n))
-        running.append(RunningJob(job=_job(t, j), placements=placements, start_time=start))
-        used += n
-    nodes = tuple(
-        Node(id=f"n{i:03d}", capacity={"cpu": 1.0}, allocated={"cpu": 1.0} if i < used else {})
-        for i in range(int(t.capacity))
-    )
-    pending = tuple(_job(t, j) for j in ep.queue)
-    return ClusterState(now=ep.now, nodes=nodes, running=tuple(running), pending=pending)
-
-
-def _config(backfill: bool) -> DecisionConfig:
-    return DecisionConfig(backfill=Backfill.EASY if backfill else Backfill.NONE)
-
-
-@pytest.mark.parametrize(
-    ("start", "backfill", "seed"), [(300, True, 0), (6400, True, 1), (500, False, 2)]
-)
-def test_twin_matches_decision_run_and_encoder_step_by_step(
-    table: JobTable, start: int, backfill: bool, seed: int
-) -> None:
-    assert _lockstep(table, start, 120, backfill, seed) > 100
-
-
-def _lockstep(table: JobTable, start: int, length: int, backfill: bool, seed: int) -> int:
-    """Drive the twin and ``DecisionRun`` with the same random picks, checking every step;
-    returns the number of steps."""
+def _lockstep(
+    trace: SwfTrace,
+    start: int,
+    length: int,
+    *,
+    backfill: bool,
+    seed: int,
+    auto_forced: bool,
+    teacher: str | None = None,
+    max_candidates: int = 128,
+) -> int:
+    """Drive the adapter and the frozen twin with the same picks, checking every step."""
+    new_table, old_table = _tables(trace)
+    kw = {"backfill": backfill, "auto_forced": auto_forced, "max_candidates": max_candidates}
+    old = frozen.HpcEpisode(old_table, **kw)  # type: ignore[arg-type]
+    new = HpcEpisode(new_table, **kw)  # type: ignore[arg-type]
+    assert new.reset(start, length) == old.reset(start, length)
     rng = np.random.default_rng(seed)
-    ep = HpcEpisode(table, backfill=backfill, auto_forced=False)
-    ep.reset(start, length)
-    run: DecisionRun | None = None
-    round_id = -1
-    started_in_round: list[str] = []
     steps = 0
-    while not ep.done:
-        if ep.rounds != round_id:
-            if run is not None:  # the previous round ended in both (or could start nothing)
-                assert run.done or not any(run.view().fits_now)
-                assert sorted(a.job_id for a in run.allocations) == sorted(started_in_round)
-            round_id, started_in_round = ep.rounds, []
-            run = DecisionRun(cluster_state(ep), _config(backfill))
-        assert run is not None
-        view = run.view()
-        expected = encode_view(view)
-        mine = ep.observe()
-        np.testing.assert_allclose(mine.obs, expected.obs, rtol=0, atol=1e-6)
-        np.testing.assert_array_equal(mine.mask, expected.mask)
-        np.testing.assert_array_equal(mine.index, expected.index)
-        row = int(rng.choice(np.flatnonzero(mine.mask)))
-        job_id = _jid(ep.queue[int(mine.index[row])])
-        before = ep.started
-        run.apply(int(expected.index[row]))
-        ep.step_queue(int(mine.index[row]))
-        if ep.started > before:
-            started_in_round.append(job_id)
-        if run.reservation is not None and ep.rounds == round_id:
-            assert run.reservation.job_id == _jid(ep.res_idx)
-            assert run.reservation.start_at == pytest.approx(ep.res_start)
+    while not old.done:
+        assert not new.done
+        o_old, o_new = old.observe(pad_to=max_candidates), new.observe(pad_to=max_candidates)
+        np.testing.assert_array_equal(o_new.obs, o_old.obs)
+        np.testing.assert_array_equal(o_new.mask, o_old.mask)
+        np.testing.assert_array_equal(o_new.index, o_old.index)
+        assert new.queue == old.queue
+        if teacher is not None:
+            visible = o_old.index[o_old.index >= 0]
+            pos = old.teacher_pos(teacher, visible=visible)
+            assert new.teacher_pos(teacher, visible=visible) == pos
+        else:
+            pos = int(o_old.index[rng.choice(np.flatnonzero(o_old.mask))])
+        assert new.step_queue(pos) == old.step_queue(pos)
         steps += 1
+    assert new.done
+    assert new.avg_bsld() == old.avg_bsld()
+    np.testing.assert_array_equal(new.start_time, old.start_time)
     return steps
 
 
+@pytest.mark.parametrize(
+    ("start", "backfill", "seed", "auto_forced"),
+    [(300, True, 0, False), (6400, True, 1, True), (500, False, 2, True), (7085, True, 4, False)],
+)
+def test_engine_adapter_equals_the_frozen_twin(
+    lublin: SwfTrace, start: int, backfill: bool, seed: int, auto_forced: bool
+) -> None:
+    assert (
+        _lockstep(lublin, start, 150, backfill=backfill, seed=seed, auto_forced=auto_forced) > 100
+    )
+
+
+@pytest.mark.parametrize("teacher", ["sjf", "f1", "wfp3", "unicep", "fcfs"])
+def test_teacher_picks_equal_the_frozen_twin(lublin: SwfTrace, teacher: str) -> None:
+    assert _lockstep(lublin, 7000, 150, backfill=True, seed=0, auto_forced=True, teacher=teacher)
+
+
+def test_long_queue_window_equals_the_frozen_twin(lublin: SwfTrace) -> None:
+    _lockstep(lublin, 2756, 96, backfill=True, seed=3, auto_forced=False, max_candidates=8)
+    _lockstep(lublin, 2756, 96, backfill=False, seed=5, auto_forced=False, max_candidates=8)
+
+
 def _overrun_swf(path: Path) -> Path:
-    """A trace where many jobs run longer than they requested (as 1.7% of KTH-SP2 do): while
-    such a job overruns, its requested end is in the past and the core releases it at ``now``."""
+    """Many jobs run longer than they requested: while such a job overruns, its requested end is
+    in the past and the core releases it at ``now``."""
     lines = ["; MaxNodes: 8\n", "; MaxProcs: 8\n"]
     rng = np.random.default_rng(11)
     t = 0
@@ -127,60 +134,24 @@ def _overrun_swf(path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def overrun(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, JobTable]:
-    path = _overrun_swf(tmp_path_factory.mktemp("overrun") / "overrun.swf")
-    table = JobTable.from_swf(str(path))
-    assert (table.run > table.walltime).mean() > 0.2  # the trace does exercise overruns
-    return path, table
+@pytest.mark.parametrize("seed", [3, 4])
+def test_equals_the_frozen_twin_when_jobs_overrun(tmp_path: Path, seed: int) -> None:
+    trace = load_swf(_overrun_swf(tmp_path / "overrun.swf"))
+    assert (trace.run_time > trace.request_time).mean() > 0.2
+    assert _lockstep(trace, 10, 300, backfill=True, seed=seed, auto_forced=False) > 200
 
 
-@pytest.mark.parametrize("seed", [3, 4, 5])
-def test_twin_matches_decision_run_when_jobs_overrun_their_requests(
-    overrun: tuple[Path, JobTable], seed: int
+@pytest.mark.parametrize(("heuristic", "backfill"), [("sjf", True), ("f1", True), ("wfp3", False)])
+def test_teacher_replays_like_the_kairos_simulator(
+    lublin: SwfTrace, table: JobTable, heuristic: str, backfill: bool
 ) -> None:
-    # overdue running jobs (requested end already past) all release together at now in the
-    # core's shadow time; the twin must reserve at the same time with the same spare processors
-    _, table = overrun
-    assert _lockstep(table, 10, 300, True, seed) > 200
-
-
-@pytest.mark.parametrize("heuristic", ["fcfs", "f1", "sjf"])
-def test_twin_replays_like_the_kairos_simulator_when_jobs_overrun(
-    overrun: tuple[Path, JobTable], heuristic: str
-) -> None:
-    from app.domains.hpc.simulate import simulate_kairos
-    from app.domains.hpc.swf import load_swf
-
-    path, table = overrun
-    start, length = 10, 300
+    start, length = 2756, 200
+    config = DecisionConfig(backfill=Backfill.EASY if backfill else Backfill.NONE)
     result = simulate_kairos(
-        load_swf(path), start, length, get_heuristic(heuristic), config=_config(True), pooled=True
+        lublin, start, length, get_heuristic(heuristic), config=config, pooled=True
     )
-    ep = run_sequence(table, start, length, lambda e: e.teacher_pos(heuristic), backfill=True)
+    ep = run_sequence(table, start, length, lambda e: e.teacher_pos(heuristic), backfill=backfill)
     np.testing.assert_array_equal(ep.start_time, result.start)
-
-
-@pytest.mark.parametrize("heuristic", ["sjf", "f1", "fcfs", "wfp3", "unicep"])
-def test_teacher_rounds_equal_the_services_heuristic_rounds(
-    table: JobTable, heuristic: str
-) -> None:
-    policy = get_heuristic(heuristic)
-    ep = HpcEpisode(table, backfill=True, auto_forced=False)
-    ep.reset(7000, 150)
-    checked = 0
-    while not ep.done:
-        decision = decide(cluster_state(ep), policy, _config(True))
-        round_id, started = ep.rounds, []
-        while ep.rounds == round_id and not ep.done:
-            pos = ep.teacher_pos(heuristic)
-            j, before = ep.queue[pos], ep.started
-            ep.step_queue(pos)
-            if ep.started > before:
-                started.append(_jid(j))
-        assert sorted(a.job_id for a in decision.allocations) == sorted(started)
-        checked += 1
-    assert checked > 20
 
 
 def test_episode_accounting(table: JobTable) -> None:
@@ -190,64 +161,24 @@ def test_episode_accounting(table: JobTable) -> None:
     while not ep.done:
         rewards.append(ep.step_queue(ep.teacher_pos("sjf")))
     assert not np.isnan(ep.start_time).any()
-    submit = table.submit[100:300]
-    assert (ep.start_time >= submit).all()
+    assert (ep.start_time >= table.jobs.submit[100:300]).all()
     # the dense rewards add up to RLScheduler's terminal reward, -avg bsld
     assert sum(rewards) == pytest.approx(-ep.avg_bsld())
     assert ep.avg_bsld() >= 1.0
 
 
-def test_fcfs_without_backfilling_reproduces_the_published_lublin1_cell(table: JobTable) -> None:
-    # Without backfilling FCFS never reorders, so Kairos and RLScheduler semantics coincide:
-    # hpc-reproduction.md A.10, Lublin-1 FCFS no BF = 7273.77 (seed-1 windows, 10 x 1024).
-    starts = [1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085]
-    values = [
-        run_sequence(table, s, 1024, lambda e: e.teacher_pos("fcfs"), backfill=False).avg_bsld()
-        for s in starts
-    ]
-    assert float(np.mean(values)) == pytest.approx(7273.77, abs=0.005)
+def test_a_masked_position_is_refused(table: JobTable) -> None:
+    ep = HpcEpisode(table, auto_forced=False)
+    ep.reset(7085, 200)
+    while ep.observe().mask.all():
+        ep.step_queue(ep.teacher_pos("fcfs"))
+    masked = int(ep.observe().index[np.flatnonzero(~ep.observe().mask)[0]])
+    with pytest.raises(ValueError, match="masked out"):
+        ep.step_queue(masked)
 
 
-@pytest.mark.parametrize("backfill", [True, False])
-def test_window_of_a_long_queue_matches_the_encoder(table: JobTable, backfill: bool) -> None:
-    ep = HpcEpisode(table, backfill=backfill, auto_forced=False)
-    ep.reset(7762, 1024)
-    while len(ep.queue) <= 140:  # largest-first lets the queue grow past the 128-row window
-        pickable = np.flatnonzero(ep._masks()[1])
-        sizes = table.procs[np.asarray(ep.queue)[pickable]]
-        ep.step_queue(int(pickable[np.argmax(sizes)]))
-    run = DecisionRun(cluster_state(ep), _config(backfill))
-    for _ in range(3):  # the first step of the round, then two more
-        expected = encode_view(run.view())
-        mine = ep.observe()
-        assert len(mine.index) == 128
-        np.testing.assert_allclose(mine.obs, expected.obs, rtol=0, atol=1e-6)
-        np.testing.assert_array_equal(mine.mask, expected.mask)
-        np.testing.assert_array_equal(mine.index, expected.index)
-        row = int(np.flatnonzero(mine.mask)[-1])
-        round_id = ep.rounds
-        run.apply(int(expected.index[row]))
-        ep.step_queue(int(mine.index[row]))
-        if ep.rounds != round_id:
-            break
+def test_the_training_twin_is_gone() -> None:
+    import training.hpc_env as adapter
 
-
-@pytest.mark.parametrize(("heuristic", "backfill"), [("sjf", True), ("f1", True), ("wfp3", False)])
-def test_twin_replays_like_the_kairos_simulator(
-    table: JobTable, heuristic: str, backfill: bool
-) -> None:
-    from app.domains.hpc.simulate import simulate_kairos
-    from app.domains.hpc.swf import load_swf
-
-    trace = load_swf(TRACE)
-    start, length = 2756, 200
-    result = simulate_kairos(
-        trace,
-        start,
-        length,
-        get_heuristic(heuristic),
-        config=_config(backfill),
-        pooled=True,
-    )
-    ep = run_sequence(table, start, length, lambda e: e.teacher_pos(heuristic), backfill=backfill)
-    np.testing.assert_array_equal(ep.start_time, result.start)
+    assert not hasattr(adapter, "heuristic_scores")
+    assert "_earliest" not in vars(adapter.HpcEpisode)

@@ -1,27 +1,5 @@
-"""Batched training environment: many :class:`~app.domains.hpc.env.SchedulingEnv` episodes stepped
-at once.
-
-:class:`SchedulingEnv` drives the service's generic decision core (any nodes, any resources,
-placement strategies) and the generic encoder: exact, but about 0.5 ms per step.  Training on a
-trace needs far more steps, and a trace machine is special: ``MaxNodes`` identical nodes and jobs
-that take whole nodes (A.2).  On such a machine every quantity the core computes reduces to node
-*counts*, so :class:`VectorSchedulingEnv` re-states the same step machine on counts and builds
-the observations of all environments with one vectorised pass:
-
-* decision points, candidates (FCFS order), masks, the HEAD/BACKFILL phases, the reservation
-  (shadow time from running jobs' requested ends, grouped by equal end, ``max(t, now)``), the
-  backfill rule (``now + walltime <= shadow`` or enough nodes left at the shadow time), the
-  terminal reward: as :class:`app.domains.hpc.decision.DecisionRun` /
-  :class:`app.domains.hpc.env.SchedulingEnv`;
-* observations: the features of :mod:`app.domains.hpc.encoding` (same formulas, same float64
-  arithmetic, same candidate window).
-
-``tests/unit/sim/test_vecenv.py`` checks both claims step by step against
-:class:`SchedulingEnv` (observation, mask, reward and termination equal on every step), so a
-policy trained here sees exactly what it will see in the service.  Autoreset: when an episode
-ends, its terminal reward is returned and the environment restarts at once on a new sequence
-(the returned observation is the new episode's first); ``infos["episode_bsld"]`` has the result.
-"""
+"""FROZEN: the batched node-count training env (sim/vecenv.py) as it stood before issue 19
+moved the env onto the engine.  A test oracle only; never edit, never import outside tests."""
 
 from __future__ import annotations
 
@@ -29,7 +7,7 @@ import heapq
 import math
 from bisect import bisect_left, insort
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -45,9 +23,10 @@ from app.domains.hpc.encoding import (
     WAIT_SCALE_S,
     WALLTIME_SCALE_S,
 )
-from app.domains.hpc.env import RewardKind
 from app.domains.hpc.swf import SwfTrace
 from app.domains.hpc.types import Backfill
+
+RewardKind = Literal["bsld", "utilization"]
 
 IntVec = npt.NDArray[np.int64]
 FloatVec = npt.NDArray[np.float64]
