@@ -37,7 +37,6 @@ from app.domains.hpc.codec import state_to_json
 from app.domains.hpc.types import (
     Backfill,
     ClusterState,
-    Decision,
     Job,
     JobState,
     Node,
@@ -269,12 +268,14 @@ async def _apply(
     ctx: Ctx,
     cluster: ClusterRecord,
     loaded: _Loaded,
-    decision: Decision,
+    allocations: Sequence[Mapping[str, Any]],
     decision_id: str,
     now: float,
 ) -> None:
-    """Start the allocated jobs and store the nodes' new allocations (the drifted nodes' ones
-    repaired to what their running jobs hold), each in one executemany."""
+    """Start the allocated jobs (``allocations`` as the decision record stores them:
+    ``{"job_id", "placements": [{"node_id", "tasks"}]}``) and store the nodes' new allocations
+    (the drifted nodes' ones repaired to what their running jobs hold), each in one bulk
+    update."""
     held: dict[str, dict[str, float]] = {}
     for node_id, used in loaded.drift.items():
         logger.warning(
@@ -286,18 +287,18 @@ async def _apply(
         held[node_id] = dict(used)
     by_id = {n.id: n for n in loaded.nodes}
     starts: list[JobStart] = []
-    for alloc in decision.allocations:
-        job = loaded.pending[alloc.job_id]
+    for alloc in allocations:
+        job = loaded.pending[alloc["job_id"]]
         per_task = job.spec["per_task"]
-        starts.append(
-            JobStart(job.pk, [{"node_id": p.node_id, "tasks": p.tasks} for p in alloc.placements])
-        )
-        for p in alloc.placements:
-            node = held.get(p.node_id)
+        placements = alloc["placements"]
+        starts.append(JobStart(job.pk, placements))
+        for p in placements:
+            node_id, tasks = p["node_id"], p["tasks"]
+            node = held.get(node_id)
             if node is None:
-                node = held[p.node_id] = clean(by_id[p.node_id].allocated)
+                node = held[node_id] = clean(by_id[node_id].allocated)
             for name, v in per_task.items():
-                node[name] = node.get(name, 0.0) + float(v) * p.tasks
+                node[name] = node.get(name, 0.0) + float(v) * tasks
     await start_jobs(ctx.session, starts, start_time=now, decision_id=decision_id)
     await set_allocated(ctx.session, {by_id[node_id].pk: a for node_id, a in held.items()})
 
@@ -375,7 +376,7 @@ async def schedule_cluster(
     record.created_at = utc_now()
     await _store(ctx, record)
     if not body.dry_run and outcome.decision is not None:
-        await _apply(ctx, cluster, loaded, outcome.decision, record.id, now)
+        await _apply(ctx, cluster, loaded, record.allocations, record.id, now)
     answer = decision_read(record)
     if timings is not None:
         timings.load_s = loaded_at - started
