@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 
-.PHONY: run test lint typecheck typecheck-sdk-pyright browser-deps unit bench install install-dev clean
+.PHONY: run test test-all lint typecheck typecheck-sdk-pyright browser-deps unit bench install install-dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,9 +50,14 @@ browser-deps:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	fi
 
-## make test: lint, type-check and the whole suite (needs PostgreSQL and Redis on loopback)
+## make test: lint, type-check and the suite without the tests marked slow (needs PostgreSQL and
+## Redis on loopback; PYTEST_ARGS passes options to pytest, e.g. PYTEST_ARGS="-x tests/unit")
 test: lint typecheck browser-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## make test-all: as make test, with the slow tests too (KAIROS_TEST_ALL=1 does the same for pytest)
+test-all: lint typecheck browser-deps
+	KAIROS_TEST_ALL=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## make bench: speed and memory benchmarks, ratios against a baseline measured in the same run
 bench: $(VENV)/.installed-dev

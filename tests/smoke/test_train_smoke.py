@@ -42,7 +42,6 @@ def _cluster() -> ClusterState:
     return ClusterState(now=100.0, nodes=nodes, pending=pending)
 
 
-@pytest.mark.slow
 def test_train_export_load_decide(tmp_path: Path) -> None:
     if not TRACE.exists():
         pytest.skip(f"{TRACE} missing")
