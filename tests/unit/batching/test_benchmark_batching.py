@@ -47,7 +47,8 @@ def test_the_verdicts_follow_the_figures() -> None:
     assert "1250 req/s, mean of 1000 and 1500" in text
     assert "met: embedded: learned policy >= 99 % (99.5%) and mean batch >= 2 (6.00)" in text
     assert "NOT met: redis: learned policy >= 99 % (98.0%) and mean batch >= 2 (1.50)" in text
-    assert "met: embedded >= 0.2 x ceiling (0.20)" in text
+    assert "met: embedded >= 0.2 x ceiling (0.20; by CPU per request" in text
+    assert "shares its cores: 1.00)" in text
     assert f"{NO_DECISION}: learned" not in text  # no verdict for the floor cell
     assert "deadline_exceeded 20" in text
 
