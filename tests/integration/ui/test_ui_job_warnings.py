@@ -70,8 +70,8 @@ async def test_queue_shows_each_jobs_warnings_with_code_field_and_message(
     assert _codes(rows["fits"]) == []
     # the API's message and field, as the API words them
     assert html.escape(huge[0]["message"], quote=True) in rows["huge"]
-    assert "<code>per_task.cpu</code>" in rows["huge"]
-    assert "<code>tasks</code>" in rows["gang"]
+    assert 'data-field="per_task.cpu"' in rows["huge"]
+    assert 'data-field="tasks"' in rows["gang"]
     assert 'class="warned"' in rows["huge"]
     assert 'class="warned"' not in rows["fits"]
     notice = page.split('data-testid="queue-warnings"', 1)[1].split("</p>", 1)[0]
