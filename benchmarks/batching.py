@@ -116,7 +116,7 @@ def report(cells: list[Cell], clients: int, seconds: float, policy: str) -> list
         )
     lines.append(
         "(cpu ms: server CPU per answered request, every process of the configuration; on a "
-        "shared host it does not depend on how the cores are shared out, req/s does)"
+        "shared host it depends far less than req/s on how the cores are shared out)"
     )
     lines += ["", "targets (issue 19, item 5)"]
     for cell in cells:
