@@ -26,7 +26,7 @@ order); ranking policies score the first view once and take the same path
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
@@ -271,6 +271,22 @@ class _FreeView(Mapping[str, Resources]):
         return len(self._nodes)
 
 
+def _flat_releases(
+    releases: Sequence[_Release], width: int
+) -> tuple[IntArray, FloatArray, list[int]]:
+    """Every placement of ``releases``, in order: its row, its amount ``tasks * demand`` (the
+    product of Python floats), and per release the number of placements up to and including
+    it."""
+    counts = [len(rel.rows) for rel in releases]
+    rows = np.array([row for rel in releases for row in rel.rows], dtype=np.intp)
+    tasks = np.array([t for rel in releases for t in rel.tasks], dtype=np.float64)
+    demand = np.array([rel.demand for rel in releases], dtype=np.float64)
+    demand = demand.reshape(len(releases), width)
+    amounts: FloatArray = np.repeat(demand, counts, axis=0) * tasks[:, None]
+    ends_at: list[int] = np.cumsum(counts, dtype=np.intp).tolist()
+    return rows, amounts, ends_at
+
+
 def _check_vector(r: Resources, where: str) -> None:
     for name, v in r.items():
         try:
@@ -435,6 +451,7 @@ class DecisionRun:
             (n for n in state.nodes if n.state == NodeState.UP), key=lambda n: n.id
         )
         self._row: dict[str, int] = {n.id: i for i, n in enumerate(self._up_nodes)}
+        self._up_ids: list[str] = [n.id for n in self._up_nodes]
         #: up rows in ``state.nodes`` order (the order of ``StepView.free``)
         self._rows_in_node_order: IntArray = np.array(
             [self._row[n.id] for n in state.nodes if n.id in self._row], dtype=np.intp
@@ -500,29 +517,29 @@ class DecisionRun:
         self._infos: list[_Info] = []
         self._by_id: dict[str, _Info] = {}
         infos, by_id = self._infos, self._by_id
+        zeros = (0.0,) * len(names)
+        #: shapes by the job's own (tasks, single node, per_task values): most jobs share one
+        by_raw: dict[tuple[object, ...], _Info] = {}
         for job in pending:
             if job.depends_on:
                 missing = tuple(d for d in job.depends_on if d not in finished)
                 if missing:
                     self._blocked_deps[job.id] = missing
                     continue
-            get = job.per_task.get
-            dt = tuple([float(get(n, 0.0)) for n in names])  # to_tuple, inlined
-            raw_demand(dt)
-            invalid: str | None = None
-            # _invalid_reason is None exactly when this holds (every per_task name is in
-            # ``names``; NaN fails the comparison): only a bad job pays for the message
-            if not (job.tasks >= 1 and job.walltime_s >= 0.0 and all(0.0 <= v < _INF for v in dt)):
-                invalid = _invalid_reason(job)
-                if invalid is not None:
-                    dt = tuple(v if v > 0.0 and math.isfinite(v) else 0.0 for v in dt)
-            tasks = max(int(job.tasks), 0)
+            raw = tuple(map(job.per_task.get, names, zeros))  # to_tuple, before float()
+            raw_demand(raw)
             single = job.labels.get(SINGLE_NODE_LABEL) == "true"  # Job.single_node, inlined
-            key = (tasks, single, dt)
-            shape = shapes.get(key)
+            raw_key = (job.tasks, single, raw)
+            shape = by_raw.get(raw_key)
             if shape is None:
-                shape = shapes[key] = self._shape_info(job, key, len(shapes))
-                self._shape_keys.append(key)
+                shape = by_raw[raw_key] = self._shape_of(job, single, raw, shapes)
+            # the shape's ``invalid`` is set when its tasks or demand are invalid; then, or with
+            # an invalid walltime, the job is (the reason is the job's own)
+            invalid = (
+                _invalid_reason(job)
+                if shape.invalid is not None or not job.walltime_s >= 0.0
+                else None
+            )
             # positional: job, demand, positive, cols, total, job_demand, tasks, single, key,
             # invalid, index, shape
             info = _Info(
@@ -532,7 +549,7 @@ class DecisionRun:
                 shape.cols,
                 shape.total,
                 shape.job_demand,
-                tasks,
+                shape.tasks,
                 single,
                 shape.key,
                 invalid,
@@ -549,16 +566,31 @@ class DecisionRun:
         demand = self._shape_demand
         self._overflow = self._may_overflow(demand[demand > 0.0])
 
-    @staticmethod
-    def _shape_info(job: Job, key: _ShapeKey, shape: int) -> _Info:
-        """The shape fields of the ``_Info``s with ``key`` (``job`` stands for them)."""
-        tasks, single, dt = key
+    def _shape_of(
+        self, job: Job, single: bool, raw: tuple[float, ...], shapes: dict[_ShapeKey, _Info]
+    ) -> _Info:
+        """The shape fields of ``job``'s ``_Info`` (``raw``: its per_task values in resource
+        order), from ``shapes`` or added there; ``invalid`` is set when its tasks or demand are
+        invalid (the demand is then sanitised: what is not a positive number counts as 0)."""
+        dt = tuple([float(v) for v in raw])
+        invalid: str | None = None
+        if not (job.tasks >= 1 and all(0.0 <= v < _INF for v in dt)):
+            invalid = "invalid"
+            dt = tuple(v if v > 0.0 and math.isfinite(v) else 0.0 for v in dt)
+        key: _ShapeKey = (max(int(job.tasks), 0), single, dt)
+        found = shapes.get(key)
+        if found is not None:
+            return found if invalid is None else replace(found, invalid=invalid)
+        tasks = key[0]
         demand = np.array(dt, dtype=np.float64)
         positive = np.flatnonzero(demand > 0.0)
         total = tuple([tasks * v for v in dt])
-        return _Info(
+        shape = len(self._shape_keys)
+        self._shape_keys.append(key)
+        found = shapes[key] = _Info(
             job, demand, positive, positive.tolist(), total, dt, tasks, single, key, None, -1, shape
         )
+        return found if invalid is None else replace(found, invalid=invalid)
 
     @property
     def _free(self) -> FloatArray:
@@ -571,15 +603,10 @@ class DecisionRun:
             stale.clear()
         return self._free_np
 
-    def _release_all(self, free: FloatArray, releases: Iterable[_Release]) -> None:
-        rows: list[int] = []
-        amounts: list[list[float]] = []
-        for rel in releases:
-            for row, t in zip(rel.rows, rel.tasks, strict=True):
-                rows.append(row)
-                amounts.append([t * v for v in rel.demand])
-        if rows:
-            np.add.at(free, np.array(rows, dtype=np.intp), np.array(amounts))
+    def _release_all(self, free: FloatArray, releases: Sequence[_Release]) -> None:
+        rows, amounts, _ = _flat_releases(releases, free.shape[1])
+        if rows.size:
+            np.add.at(free, rows, amounts)
 
     def _exclusion(self, info: _Info) -> str | None:
         """Why ``info`` can never start in this round (unschedulable / no known end), or None."""
@@ -722,7 +749,10 @@ class DecisionRun:
         dead = 0  # rows found dead by this walk
         row = _skip_dead(links, 0)
         while row < end:
-            k = _tasks_on_row(free_rows[row], slack[row], demand, cols, tasks)
+            # k = _tasks_on_row(free_rows[row], slack[row], demand, cols, tasks), inlined
+            free, sl = free_rows[row], slack[row]
+            q = min([(free[c] + sl[c]) / demand[c] for c in cols]) if cols else _INF
+            k = tasks if q >= tasks else (math.floor(q) if q >= 1.0 else 0)
             if (single and k < tasks) or k <= 0:
                 dead += 1
                 if dead < UNLINK_AFTER:
@@ -813,35 +843,37 @@ class DecisionRun:
     def _allocate(self, info: _Info, rows: RowPlacement) -> None:
         demand = info.job_demand
         cols = info.cols
+        free_rows, stale, ids = self._free_rows, self._free_stale, self._up_ids
+        at: list[int] = []
+        tasks: list[int] = []
+        placements: list[Placement] = []
         for row, t in rows:
             # ``free[row] -= t * demand`` on the positive columns (x - 0.0 == x elsewhere)
-            free = self._free_rows[row]
+            free = free_rows[row]
             for c in cols:
                 free[c] -= t * demand[c]
-        self._free_stale.update(r for r, _ in rows)
+            stale.add(row)
+            at.append(row)
+            tasks.append(t)
+            placements.append(Placement(ids[row], t))
+        free_total, total = self._free_total, info.total
         for c in cols:
-            self._free_total[c] -= info.total[c]
+            free_total[c] -= total[c]
+        job = info.job
         self._releases.append(
-            _Release(
-                self.now + info.job.walltime_s,
-                info.job.submit_time,
-                info.job.id,
-                [r for r, _ in rows],
-                [t for _, t in rows],
-                info.job_demand,
-            )
+            _Release(self.now + job.walltime_s, job.submit_time, job.id, at, tasks, demand)
         )
-        self._allocations.append(
-            Allocation(info.job.id, tuple(Placement(self._up_nodes[r].id, t) for r, t in rows))
-        )
-        self._allocated.add(info.job.id)
+        self._allocations.append(Allocation(job.id, tuple(placements)))
+        self._allocated.add(job.id)
         vec = self._vec
         if vec is not None:
             vec.alive[info.index] = False
-            vec.dirty.update(r for r, _ in rows)
+            vec.dirty.update(at)
             vec.fits = None
-        self._fit_cache.clear()
-        self._hold_cache.clear()
+        if self._fit_cache:
+            self._fit_cache.clear()
+        if self._hold_cache:
+            self._hold_cache.clear()
         self._max_free = None
         self._free_slack = None
 
@@ -876,17 +908,9 @@ class DecisionRun:
                 times.append(end)
                 counts.append(i + 1)
 
-        # flatten (row, amount) of every placement once, in release order
-        rows: list[int] = []
-        amounts: list[list[float]] = []
-        ends_at: list[int] = []  # placements[:ends_at[i]] belong to releases[:i + 1]
-        for rel in releases[: counts[-1]]:
-            for row, t in zip(rel.rows, rel.tasks, strict=True):
-                rows.append(row)
-                amounts.append([t * v for v in rel.demand])
-            ends_at.append(len(rows))
-        rows_a = np.array(rows, dtype=np.intp)
-        amounts_a = np.array(amounts, dtype=np.float64).reshape(len(rows), self._free.shape[1])
+        # (row, amount) of every placement once, in release order; placements[:ends_at[i]]
+        # belong to releases[:i + 1]
+        rows_a, amounts_a, ends_at = _flat_releases(releases[: counts[-1]], self._free.shape[1])
 
         def free_at(g: int) -> FloatArray:
             free = self._free.copy()
@@ -1140,17 +1164,22 @@ class DecisionRun:
         return np.asarray((held >= vec.tasks) & (vec.tasks > 0), dtype=np.bool_)
 
     def _k_columns(self, vec: _Vectors, free_rows: FloatArray) -> FloatArray:
-        """``max_tasks_per_node`` of every shape on the given rows of ``free + slack``: [S, n]."""
-        j, n = vec.demand.shape[0], free_rows.shape[0]
-        r = vec.demand.shape[1]
-        ratio = np.full((j, n, r), np.inf)
-        where = vec.positive[:, None, :]
-        if vec.overflow:  # a subnormal demand: k = inf, clipped to tasks
-            with np.errstate(over="ignore"):
-                np.divide(free_rows[None], vec.safe[:, None], out=ratio, where=where)
-        else:
-            np.divide(free_rows[None], vec.safe[:, None], out=ratio, where=where)
-        k: FloatArray = ratio[:, :, 0] if r == 1 else ratio.min(axis=2, initial=np.inf)
+        """``max_tasks_per_node`` of every shape on the given rows of ``free + slack``: [S, n].
+
+        The minimum over resources is taken one resource at a time (a minimum is exact, so the
+        order does not matter); a resource a shape does not need leaves its ``k`` unbounded.
+        """
+        k: FloatArray = np.full((vec.demand.shape[0], free_rows.shape[0]), np.inf)
+        for c in range(vec.demand.shape[1]):
+            needs = vec.positive[:, c]
+            if not needs.any():
+                continue
+            if vec.overflow:  # a subnormal demand: k = inf, clipped to tasks
+                with np.errstate(over="ignore"):
+                    q = free_rows[None, :, c] / vec.safe[:, c, None]
+            else:
+                q = free_rows[None, :, c] / vec.safe[:, c, None]
+            np.minimum(k, q, out=k, where=needs[:, None])
         np.floor(k, out=k)
         np.minimum(k, vec.tasks[:, None], out=k)
         np.maximum(k, 0.0, out=k)
