@@ -111,5 +111,6 @@ def test_the_first_view_does_not_grow_with_jobs_x_nodes() -> None:
     finally:
         tracemalloc.stop()
     assert len(view.candidates) == 3000
-    assert view.arrays is not None and view.arrays.fits.shape == (3000,)
+    assert view.arrays is not None
+    assert view.arrays.fits.shape == (3000,)
     assert peak < 16 * 2**20, f"first view peaked at {peak / 2**20:.1f} MiB"
