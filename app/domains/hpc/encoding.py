@@ -220,12 +220,23 @@ def queue_feature(candidates: int) -> float:
     return math.log1p(candidates) / _LOG_QUEUE_SCALE
 
 
+def free_fractions(free: FloatVec, capacity: FloatVec) -> FloatVec:
+    """Feature 11 of ``M`` views (``free``, ``capacity``: ``[M, R]``): per row, the mean over
+    resources with capacity of ``min(free, capacity) / capacity`` (0 without any), summed in
+    resource order."""
+    has = capacity > 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        part = np.where(has, np.minimum(free, capacity) / capacity, 0.0)
+    count = has.sum(axis=1)
+    return np.where(count > 0, part.sum(axis=1) / np.maximum(count, 1), 0.0)
+
+
 def free_fraction(free: Sequence[float], capacity: Sequence[float]) -> float:
-    """Feature 11: the mean over resources with capacity of ``min(free, capacity) / capacity``."""
-    with_capacity = [(f, c) for f, c in zip(free, capacity, strict=True) if c > 0.0]
-    if not with_capacity:
-        return 0.0
-    return sum(min(f, c) / c for f, c in with_capacity) / len(with_capacity)
+    """Feature 11 of one view (:func:`free_fractions`)."""
+    if len(free) != len(capacity):
+        raise ValueError("free and capacity must have one entry per resource")
+    row = np.asarray(free, dtype=np.float64).reshape(1, len(free))
+    return float(free_fractions(row, np.asarray(capacity, dtype=np.float64).reshape(row.shape))[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,7 +472,6 @@ def _fill_many(views: Sequence[StepView], windows: Sequence[Sequence[int]]) -> O
                 start,
                 1.0 if view.phase is Phase.BACKFILL else 0.0,
                 queue_feature(len(view.candidates)),
-                free_fraction(free, capacity),
             )
         )
         capacities.append(capacity)
@@ -484,10 +494,12 @@ def _fill_many(views: Sequence[StepView], windows: Sequence[Sequence[int]]) -> O
     count = np.asarray(widths, dtype=np.intp)
     scalars = np.repeat(np.asarray(per_view, dtype=np.float64), count, axis=0)
     shape = (len(views), len(names))
+    capacity_rows = np.asarray(capacities, dtype=np.float64).reshape(shape)
+    free_rows = np.asarray(frees, dtype=np.float64).reshape(shape)
     return features(
         demand=np.concatenate([p[0] for p in parts]).reshape(m, len(names)),
-        capacity=np.repeat(np.asarray(capacities, dtype=np.float64).reshape(shape), count, axis=0),
-        free=np.repeat(np.asarray(frees, dtype=np.float64).reshape(shape), count, axis=0),
+        capacity=np.repeat(capacity_rows, count, axis=0),
+        free=np.repeat(free_rows, count, axis=0),
         submit=np.concatenate([p[1] for p in parts]),
         walltime=np.concatenate([p[2] for p in parts]),
         priority=np.concatenate([p[3] for p in parts]),
@@ -498,7 +510,7 @@ def _fill_many(views: Sequence[StepView], windows: Sequence[Sequence[int]]) -> O
         reservation_start=scalars[:, 2],
         backfill_phase=scalars[:, 3],
         queue_length=scalars[:, 4],
-        free_fraction=scalars[:, 5],
+        free_fraction=np.repeat(free_fractions(free_rows, capacity_rows), count),
         static=np.concatenate(statics) if statics is not None else None,
     )
 

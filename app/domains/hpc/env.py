@@ -44,6 +44,7 @@ from app.domains.hpc.encoding import (
     DEFAULT_MAX_CANDIDATES,
     NUM_FEATURES,
     features,
+    free_fractions,
     queue_feature,
     window_rows,
 )
@@ -410,8 +411,7 @@ class EpisodeBatch:
         ppn = self.ppn[env]
         free_cpu = self.free.astype(np.float64) * self.ppn
         capacity = self.capacity
-        with np.errstate(divide="ignore", invalid="ignore"):
-            fraction = np.where(capacity > 0.0, np.minimum(free_cpu, capacity) / capacity, 0.0)
+        fraction = free_fractions(free_cpu[:, None], capacity[:, None])
         has_res = self.shadow_valid[env]
         obs = np.zeros((size, n, NUM_FEATURES), dtype=np.float32)
         obs[env, row] = features(
