@@ -28,8 +28,9 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 
@@ -83,30 +84,39 @@ def workload_from_trace(trace: SwfTrace, start: int = 0, length: int | None = No
     if start < 0 or stop > trace.n_jobs or stop <= start:
         raise ValueError(f"sequence [{start}, {stop}) is outside the trace's {trace.n_jobs} jobs")
     ppn = trace.procs_per_node
+    procs: list[int] = [int(p) for p in trace.processors[start:stop].tolist()]
+    users: list[int] = [int(u) for u in trace.user_id[start:stop].tolist()]
+    ids: list[int] = [int(i) for i in trace.job_id[start:stop].tolist()]
+    request: list[int] = [int(r) for r in trace.request_time[start:stop].tolist()]
+    submit: list[float] = [float(t) for t in trace.submit_time[start:stop].tolist()]
+    per_task = {CPU: ppn}
+    no_labels: dict[str, str] = {}  # shared by the jobs, as their per_task mapping
     jobs: list[Job] = []
-    for i in range(start, stop):
-        procs = int(trace.processors[i])
-        tasks = math.ceil(procs / ppn)
+    for k, p in enumerate(procs):
+        tasks = math.ceil(p / ppn)
         if tasks > trace.max_nodes:
-            raise ValueError(
-                f"job {int(trace.job_id[i])} needs {tasks} nodes; the machine has {trace.max_nodes}"
-            )
-        user = int(trace.user_id[i])
+            raise ValueError(f"job {ids[k]} needs {tasks} nodes; the machine has {trace.max_nodes}")
+        user = users[k]
         jobs.append(
-            Job(
-                id=str(int(trace.job_id[i])),
-                per_task={CPU: ppn},
-                walltime_s=float(max(int(trace.request_time[i]), 0)),
-                submit_time=float(trace.submit_time[i]),
-                tasks=tasks,
-                user=None if user < 0 else str(user),
+            Job(  # in Job's field order: id, per_task, walltime_s, submit_time, tasks, priority,
+                # user, queue, depends_on, labels
+                str(ids[k]),
+                per_task,
+                float(max(request[k], 0)),
+                submit[k],
+                tasks,
+                0,
+                None if user < 0 else str(user),
+                None,
+                (),
+                no_labels,
             )
         )
     return Workload(
         jobs=tuple(jobs),
         run_time=tuple(float(r) for r in trace.run_time[start:stop].tolist()),
-        procs=tuple(int(p) for p in trace.processors[start:stop].tolist()),
-        user=tuple(int(u) for u in trace.user_id[start:stop].tolist()),
+        procs=tuple(procs),
+        user=tuple(users),
         max_nodes=trace.max_nodes,
         procs_per_node=ppn,
         max_procs=trace.max_procs,
@@ -373,12 +383,14 @@ class _Orderer:
         if self.static:
             del self.sorted[bisect_left(self.sorted, (self.keys[j], j))]
 
-    def order(self, now: float) -> list[int]:
+    def order(self, now: float) -> Iterable[int]:
+        """The order of the pending jobs; the walk consumes it lazily (a round stops early on
+        head-of-line blocking or when nothing fits) and :meth:`started` runs after the round."""
         machine = self.machine
         if self.ranker is not None:
             return self._ranked(now)
         if self.static:
-            return [j for _, j in self.sorted]
+            return map(itemgetter(1), self.sorted)
         jobs = self.jobs
         if self.builtin:
             heuristic = self.heuristic
