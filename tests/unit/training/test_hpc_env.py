@@ -154,6 +154,18 @@ def test_teacher_replays_like_the_kairos_simulator(
     np.testing.assert_array_equal(ep.start_time, result.start)
 
 
+@pytest.mark.slow
+def test_fcfs_without_backfilling_reproduces_the_published_lublin1_cell(table: JobTable) -> None:
+    # Without backfilling FCFS never reorders, so Kairos and RLScheduler semantics coincide:
+    # hpc-reproduction.md A.10, Lublin-1 FCFS no BF = 7273.77 (seed-1 windows, 10 x 1024).
+    starts = [1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085]
+    values = [
+        run_sequence(table, s, 1024, lambda e: e.teacher_pos("fcfs"), backfill=False).avg_bsld()
+        for s in starts
+    ]
+    assert float(np.mean(values)) == pytest.approx(7273.77, abs=0.005)
+
+
 def test_episode_accounting(table: JobTable) -> None:
     rewards = []
     ep = HpcEpisode(table)
