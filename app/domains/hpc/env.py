@@ -49,7 +49,7 @@ from app.domains.hpc.encoding import (
     window_rows,
 )
 from app.domains.hpc.heuristics.base import finite_key
-from app.domains.hpc.pooled import PooledMachine
+from app.domains.hpc.pooled import PooledMachine, holds_nodes
 from app.domains.hpc.swf import SwfTrace
 from app.domains.hpc.types import Backfill
 
@@ -297,6 +297,9 @@ class EpisodeBatch:
         self.reserved = np.full(size, -1, dtype=np.int64)
         self.shadow = np.zeros(size, dtype=np.float64)
         self.shadow_valid = np.zeros(size, dtype=np.bool_)
+        #: :func:`holds_nodes`' counts of every slot's reservation
+        self.shadow_free = np.zeros(size, dtype=np.int64)
+        self.reserved_tasks = np.zeros(size, dtype=np.int64)
         self.episodes: list[_Episode | None] = [None] * size
         self.view: BatchView | None = None
 
@@ -330,7 +333,7 @@ class EpisodeBatch:
         """Every slot's machine state (:meth:`PooledMachine.round_state`) into the vectors."""
         state = np.array(
             [
-                ep.machine.round_state() if ep is not None else (0.0, 0, False, True, -1, 0.0)
+                ep.machine.round_state() if ep is not None else (0.0, 0, False, True, -1, 0.0, 0, 0)
                 for ep in self.episodes
             ],
             dtype=np.float64,
@@ -341,6 +344,8 @@ class EpisodeBatch:
         self.stopped = state[:, 3] > 0.0
         self.reserved = state[:, 4].astype(np.int64)
         self.shadow = state[:, 5]
+        self.shadow_free = state[:, 6].astype(np.int64)
+        self.reserved_tasks = state[:, 7].astype(np.int64)
         self.shadow_valid = self.backfill_phase & (self.reserved >= 0)
 
     def _masks(self) -> tuple[IntVec, IntVec, BoolVec, BoolVec]:
@@ -354,14 +359,8 @@ class EpisodeBatch:
         if not in_backfill.any():
             return env, h, fits, head
         candidates = fits & in_backfill & (h != self.reserved[env])
-        episodes = self.episodes
-        env_l, h_l, tasks_l = env.tolist(), h.tolist(), tasks.tolist()
-
-        def holds(i: int) -> bool:
-            ep = episodes[env_l[i]]
-            assert ep is not None
-            return ep.machine.holds(h_l[i], tasks_l[i])
-
+        # rule (b) of every candidate at once, by the pooled model's own test
+        holds = holds_nodes(self.shadow_free[env], self.reserved_tasks[env], tasks)
         ends = self.now[env] + self.walltime[env, h]
         allowed = backfill_mask(candidates, ends, self.shadow[env], holds)
         return env, h, fits, head | allowed

@@ -24,13 +24,33 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
+from typing import overload
+
+import numpy as np
+import numpy.typing as npt
 
 from app.domains.hpc.easy import EasyRound
 from app.domains.hpc.heuristics.base import finite_key
 from app.domains.hpc.policy import Phase
 from app.domains.hpc.types import Backfill
 
-__all__ = ["PooledMachine"]
+__all__ = ["PooledMachine", "holds_nodes"]
+
+IntVec = npt.NDArray[np.int64]
+BoolVec = npt.NDArray[np.bool_]
+
+
+@overload
+def holds_nodes(shadow_free: int, reserved_tasks: int, placement: int) -> bool: ...
+@overload
+def holds_nodes(shadow_free: IntVec, reserved_tasks: IntVec, placement: IntVec) -> BoolVec: ...
+def holds_nodes(
+    shadow_free: int | IntVec, reserved_tasks: int | IntVec, placement: int | IntVec
+) -> bool | BoolVec:
+    """Rule (b) on node counts (elementwise on arrays): with ``placement`` nodes held at the
+    shadow time, the ``shadow_free`` nodes free then still cover the reserved job's
+    ``reserved_tasks``."""
+    return shadow_free - placement >= reserved_tasks
 
 
 class PooledMachine:
@@ -131,8 +151,10 @@ class PooledMachine:
     def shadow(self) -> float:
         return self._easy.shadow
 
-    def round_state(self) -> tuple[float, int, bool, bool, int, float]:
-        """``(now, free, BACKFILL phase, done, reserved job or -1, shadow time)``."""
+    def round_state(self) -> tuple[float, int, bool, bool, int, float, int, int]:
+        """``(now, free, BACKFILL phase, done, reserved job or -1, shadow time, nodes free at
+        the shadow time less those held there, the reserved job's nodes)``: the last two are
+        :func:`holds_nodes`' counts, meaningful with a reservation."""
         easy = self._easy
         reserved = easy.reserved
         return (
@@ -142,6 +164,8 @@ class PooledMachine:
             easy.stopped,
             -1 if reserved is None else reserved,
             easy.shadow,
+            self._shadow_free,
+            self._reserved_tasks,
         )
 
     def allowed(self, job: int) -> bool:
@@ -190,7 +214,7 @@ class PooledMachine:
 
     def holds(self, job: int, placement: int) -> bool:
         del job  # on node counts only the size matters
-        return self._shadow_free - placement >= self._reserved_tasks
+        return holds_nodes(self._shadow_free, self._reserved_tasks, placement)
 
     def start(self, job: int, placement: int) -> bool:
         self.free -= placement
