@@ -210,11 +210,17 @@ class EasyRound(Generic[J, P]):
 
 
 def backfill_mask(
-    fits: BoolArray, ends: FloatArray, shadow: float | FloatArray, holds: Callable[[int], bool]
+    fits: BoolArray,
+    ends: FloatArray,
+    shadow: float | FloatArray,
+    holds: Callable[[int], bool] | BoolArray,
 ) -> BoolArray:
     """The BACKFILL test of every candidate at once: ``fits`` (placeable now, not the reserved
     job) and rule (a) ``ends <= shadow``, or else rule (b) ``holds(i)`` (the model's
-    :meth:`ResourceModel.holds` of candidate ``i`` with its placement now)."""
+    :meth:`ResourceModel.holds` of candidate ``i`` with its placement now; an array: that test
+    of every candidate, made by the model)."""
+    if not callable(holds):
+        return fits & ((ends <= shadow) | holds)
     mask = fits.copy()
     for i in np.flatnonzero(mask & ~(ends <= shadow)).tolist():  # rule (a) fails: rule (b)
         mask[i] = holds(i)
