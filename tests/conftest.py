@@ -34,6 +34,9 @@ from app.settings import Settings
 #: ``KAIROS_TEST_ALL=1`` runs the tests marked ``slow`` too (``make test-all``).
 RUN_ALL_ENV = "KAIROS_TEST_ALL"
 
+#: the variable behind ``Settings.GC_FREEZE``
+GC_FREEZE_ENV = "KAIROS_GC_FREEZE"
+
 PG_ADMIN_URL = os.environ.get("KAIROS_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -99,6 +102,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = left
 
 
+@pytest.fixture(autouse=True)
+def _no_startup_heap_freeze(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Settings made during a test default to ``GC_FREEZE=false``: the freeze's full collection
+    would walk this process's whole heap at every app start. A test marked
+    ``startup_heap_freeze`` gets the service's own default; a value set outside the run stays."""
+    if request.node.get_closest_marker("startup_heap_freeze") is not None:
+        monkeypatch.delenv(GC_FREEZE_ENV, raising=False)
+    elif GC_FREEZE_ENV not in os.environ:
+        monkeypatch.setenv(GC_FREEZE_ENV, "false")
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     """A fresh, empty SQLite file (no schema)."""
@@ -138,14 +154,8 @@ def database_url(request: pytest.FixtureRequest) -> str:
 def settings(database_url: str) -> Settings:
     # A generous deadline: the default clusters are decided by the shipped ONNX policy, and a
     # loaded CI machine must not turn that into a deadline fallback (tests of the deadline set
-    # their own). No start-up heap freeze: its full collection walks the test process's whole
-    # heap on every app start (tests/integration/api/test_api_gc_freeze.py tests the freeze).
-    return Settings(
-        DATABASE_URL=database_url,
-        MAX_BODY_BYTES=256 * 1024,
-        DEFAULT_DEADLINE_MS=5_000,
-        GC_FREEZE=False,
-    )
+    # their own).
+    return Settings(DATABASE_URL=database_url, MAX_BODY_BYTES=256 * 1024, DEFAULT_DEADLINE_MS=5_000)
 
 
 async def open_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
 from app.main import create_app
 from app.settings import Settings
+
+pytestmark = pytest.mark.startup_heap_freeze
 
 
 async def test_the_started_service_runs_with_its_start_up_heap_frozen(sqlite_url: str) -> None:
