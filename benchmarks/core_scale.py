@@ -1,26 +1,38 @@
 """The decision core at real cluster sizes: one ``decide()`` on the per-node matrix model.
 
-Usage: ``python -m benchmarks.core_scale [--nodes N] [--jobs J] [--repeat R] [--seed S]``
+Usage: ``python -m benchmarks.core_scale [--nodes N] [--jobs J] [--repeat R] [--seed S]
+[--baseline REV] [--baseline-repeat B]``
 
 The cluster: ``N`` nodes of cpu 64, memory_gb 256 and gpu in {0, 0, 4, 8}, a fifth of them
 half busy with running jobs; ``J`` pending gangs of tasks in {1, 1, 2, 4, 16}, per task cpu in
-{1, 4, 16}, memory_gb in {4, 16, 64} and, for one job in ten, one gpu.  The policies: F1 (an
-ordering heuristic) and a :class:`~app.domains.hpc.policy.RankingPolicy` scoring the first
-view's precomputed arrays (what a learned ranker reads), both with EASY backfilling.  Printed:
-construction of the run (validation, matrices), the whole decision, allocations, and the
-ratio to FCFS on the same snapshot measured in the same run.  Rates use wall time (best of R).
+{1, 4, 16}, memory_gb in {4, 16, 64} and, for one job in ten, one gpu.  The policies: FCFS and
+F1 (ordering heuristics), a :class:`~app.domains.hpc.policy.RankingPolicy` scoring the first
+view's precomputed arrays (what a learned ranker reads), and the shipped ranking model
+``hpc-kernel`` through ONNX Runtime (encoding of every candidate, one inference, the walk), all
+with EASY backfilling.  Printed: construction of the run (validation, matrices), construction
+plus the first view, each whole decision, allocations, and the ratio to FCFS on the same
+snapshot measured in the same run.  Times are wall, best of R.
+
+``--baseline REV`` also times ``app/domains/hpc/decision.py`` as it was at the git revision
+``REV`` (the rest of the tree shared), interleaved with the working tree's in the same run, and
+checks that both decide identically; ``B`` rounds of the baseline (default 1: a slow baseline
+can take minutes per decision at this size).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from app.domains.hpc.decision import DecisionConfig, DecisionRun, decide
+from app.domains.hpc import decision as current
+from app.domains.hpc.decision import DecisionConfig
 from app.domains.hpc.heuristics import get_heuristic
 from app.domains.hpc.policy import OrderingPolicy, RankingPolicy, StepView
 from app.domains.hpc.types import (
@@ -32,6 +44,7 @@ from app.domains.hpc.types import (
     PolicyRef,
     RunningJob,
 )
+from benchmarks.decision_ab import module_at
 
 
 def snapshot(nodes: int, jobs: int, seed: int = 0) -> ClusterState:
@@ -99,40 +112,85 @@ def _best(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
     return best, out
 
 
+def _onnx_ranker(work: Path) -> RankingPolicy | None:
+    """The shipped ``hpc-kernel`` (a test model when ``models/`` has none), or ``None`` when it
+    is not a ranking model."""
+    from app.policy.onnx_policy import OnnxRankingPolicy, RuntimeOptions
+    from app.policy.registry import PolicyRegistry
+    from app.policy.selector import resolve
+    from benchmarks.decide import model_dir
+
+    models, name = model_dir(work)
+    registry = PolicyRegistry(models, RuntimeOptions())
+    registry.discover()
+    policy = resolve(name, registry).onnx
+    return policy if isinstance(policy, OnnxRankingPolicy) else None
+
+
+def _row(label: str, t: float, base: float, out: Decision) -> str:
+    reserved = out.reservations[0].job_id if out.reservations else "-"
+    return (
+        f"  {label:<42} {t * 1000:9.1f} ms  x{t / base:5.2f} fcfs  "
+        f"{len(out.allocations):>6} allocations, reservation {reserved}"
+    )
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.core_scale")
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--baseline", metavar="REV", help="git revision to A/B against")
+    parser.add_argument("--baseline-repeat", type=int, default=1)
+    parser.add_argument("--no-onnx", action="store_true", help="skip the hpc-kernel row")
     args = parser.parse_args(argv)
     state = snapshot(args.nodes, args.jobs, args.seed)
     config = DecisionConfig()
+    modules: list[tuple[str, Any, int]] = [("working tree", current, args.repeat)]
+    if args.baseline:
+        modules.insert(0, (args.baseline, module_at(args.baseline), args.baseline_repeat))
     print(
         f"decide() on {args.nodes} nodes x {args.jobs} pending gangs (EASY, first-fit; "
         f"{len(state.running)} running), best of {args.repeat} (wall)"
     )
-    t_build, _ = _best(lambda: DecisionRun(state, config), args.repeat)
-    print(f"  DecisionRun construction (validation, matrices): {t_build * 1000:8.1f} ms")
     policies: list[tuple[str, OrderingPolicy | RankingPolicy]] = [
         ("fcfs", get_heuristic("fcfs")),
         ("f1", get_heuristic("f1")),
         ("ranking (arrays)", ArrayRanker()),
     ]
-    base = 0.0
-    for name, policy in policies:
+    with tempfile.TemporaryDirectory(prefix="kairos-core-scale-") as tmp:
+        onnx = None if args.no_onnx else _onnx_ranker(Path(tmp))
+        if onnx is not None:
+            policies.append((f"{onnx.ref.name} (onnx ranking)", onnx))
+        for label, module, repeat in modules:
 
-        def run(p: OrderingPolicy | RankingPolicy = policy) -> Decision:
-            return decide(state, p, config)
+            def build(m: Any = module) -> object:
+                return m.DecisionRun(state, config)
 
-        t, out = _best(run, args.repeat)
-        assert isinstance(out, Decision)
-        base = base or t
-        reserved = out.reservations[0].job_id if out.reservations else "-"
-        print(
-            f"  {name:<18} {t * 1000:8.1f} ms  x{t / base:4.2f} fcfs   "
-            f"{len(out.allocations):>6} allocations, reservation {reserved}"
-        )
+            def first_view(m: Any = module) -> object:
+                return m.DecisionRun(state, config).view()
+
+            t_build, _ = _best(build, repeat)
+            t_view, _ = _best(first_view, repeat)
+            print(f"  [{label}] DecisionRun (validation, matrices): {t_build * 1000:8.1f} ms")
+            print(f"  [{label}] DecisionRun + first view:           {t_view * 1000:8.1f} ms")
+        base: dict[str, float] = {}
+        decided: dict[str, Decision] = {}
+        for name, policy in policies:
+            for label, module, repeat in modules:
+
+                def run(p: OrderingPolicy | RankingPolicy = policy, m: Any = module) -> Decision:
+                    out: Decision = m.decide(state, p, config)
+                    return out
+
+                t, out = _best(run, repeat)
+                assert isinstance(out, Decision)
+                if name in decided and out != decided[name]:
+                    raise SystemExit(f"{name}: the two revisions decide differently")
+                decided[name] = out
+                base.setdefault(label, t)
+                print(_row(f"{name} [{label}]" if args.baseline else name, t, base[label], out))
     return 0
 
 

@@ -26,6 +26,7 @@ order); ranking policies score the first view once and take the same path
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -91,6 +92,8 @@ SCAN_MAX_ROWS = 64
 #: :data:`UNLINK_BLOCK` rows at once
 UNLINK_AFTER = 32
 UNLINK_BLOCK = 1024
+#: a row found dead for a spread shape is unlinked for up to this many other shapes per column
+UNLINK_PUSH = 24
 
 _INF = math.inf
 
@@ -103,6 +106,10 @@ class DecisionConfig:
     max_allocations: int | None = None
     #: build ``Decision.explain`` (costs an extra pass over the queue)
     explain: bool = False
+
+
+def _first_descending(entry: tuple[float, object]) -> float:
+    return -entry[0]
 
 
 def _fcfs_key(job: Job) -> tuple[float, str]:
@@ -179,6 +186,30 @@ def _skip_dead(nxt: list[int], row: int) -> int:
             return row
         nxt[row] = nxt[up]
         row = up
+
+
+def _unlink_spread(
+    spread_links: list[list[tuple[float, list[int]]]],
+    row: int,
+    free: list[float],
+    slack: list[float],
+    demand: tuple[float, ...],
+    cols: list[int],
+) -> None:
+    """Row ``row`` holds no task of ``demand``: unlink it for every spread shape that needs more
+    than the row has (``free + slack``) in a column where ``demand`` does not fit (for ``d > 0``,
+    ``fl(a / d) < 1`` iff ``a < d``: such a shape's ``k`` is 0 there)."""
+    for c in cols:
+        have = free[c] + slack[c]
+        if have < demand[c]:
+            by_need = spread_links[c]
+            # the shapes that need more than ``have`` are by_need[:last]; at most UNLINK_PUSH
+            # of them, the closest above ``have`` first (the larger ones mostly know already)
+            last = bisect_left(by_need, -have, key=_first_descending)
+            for i in range(last - 1, max(last - 1 - UNLINK_PUSH, -1), -1):
+                links = by_need[i][1]
+                if links[row] == row:
+                    links[row] = row + 1
 
 
 def _live_links(alive: BoolArray) -> list[int]:
@@ -368,15 +399,71 @@ def validate_snapshot(state: ClusterState) -> None:
     demand on each node within its capacity; job ids unique across running and pending.
     Pending jobs with invalid numbers are not refused here: they are reported unschedulable.
     """
+    _validate(state, _resource_names(state))
+
+
+def _resource_names(state: ClusterState) -> tuple[str, ...]:
+    """Every resource name of the snapshot, sorted: the matrices' columns."""
+    names: set[str] = set()
+    for n in state.nodes:
+        names.update(n.capacity)
+        names.update(n.allocated)
+    for j in state.pending:
+        names.update(j.per_task)
+    for rj in state.running:
+        names.update(rj.job.per_task)
+    return tuple(sorted(names))
+
+
+def _validate(state: ClusterState, names: tuple[str, ...]) -> tuple[FloatArray, FloatArray] | None:
+    """:func:`validate_snapshot`; returns the capacity and allocated matrices of every node
+    (``state.nodes`` order, ``names`` columns) when the vectorised node checks pass (else the
+    per-node checks run and ``None`` is returned)."""
     if not math.isfinite(state.now):
         raise SnapshotError("now", "must be a finite number")
-    nodes = _validate_nodes(state)
+    matrices = _node_matrices(state.nodes, names)
+    ids = [n.id for n in state.nodes]
+    if matrices is None or len(set(ids)) != len(ids):
+        nodes = _validate_nodes(state)  # raises the first error, in node order
+        matrices = None
+    else:
+        nodes = dict(zip(ids, state.nodes, strict=True))
     seen: set[str] = set()
     _validate_running(state, nodes, seen)
     for i, job in enumerate(state.pending):
         if job.id in seen:
             raise SnapshotError(f"pending[{i}].id", f"duplicate job id {job.id!r}")
         seen.add(job.id)
+    return matrices
+
+
+def _node_matrices(
+    nodes: Sequence[Node], names: tuple[str, ...]
+) -> tuple[FloatArray, FloatArray] | None:
+    """Capacity and allocated matrices of ``nodes`` when every amount is a number that the
+    per-node checks accept (finite, ``>= 0``, allocations within capacity plus ``FIT_EPS``) and
+    that converts to float exactly; ``None`` otherwise (the per-node checks then decide)."""
+    zeros = (0.0,) * len(names)
+    shape = (len(nodes), len(names))
+    if not nodes:
+        return np.zeros(shape), np.zeros(shape)
+    try:
+        cap = np.array([tuple(map(n.capacity.get, names, zeros)) for n in nodes])
+        alloc = np.array([tuple(map(n.allocated.get, names, zeros)) for n in nodes])
+    except (TypeError, ValueError):  # e.g. a ragged value
+        return None
+    for m in (cap, alloc):
+        if m.shape != shape or m.dtype.kind not in "biuf":
+            return None
+    cap = cap.astype(np.float64)
+    alloc = alloc.astype(np.float64)
+    # NaN fails both comparisons; amounts beyond 2**53 may not be exact floats
+    for m in (cap, alloc):
+        if m.size and not (m.min() >= 0.0 and m.max() < 2.0**53):
+            return None
+    if (alloc > cap + FIT_EPS * np.maximum(1.0, cap)).any():
+        return None
+    return cap, alloc
 
 
 def _invalid_reason(job: Job) -> str | None:
@@ -398,11 +485,12 @@ class DecisionRun:
     """
 
     def __init__(self, state: ClusterState, config: DecisionConfig | None = None) -> None:
-        validate_snapshot(state)
+        self.resource_names: tuple[str, ...] = _resource_names(state)
+        matrices = _validate(state, self.resource_names)
         self.state = state
         self.config = config if config is not None else DecisionConfig()
         self.now = float(state.now)
-        self._build_matrices(state)
+        self._build_matrices(state, matrices)
         self._build_jobs(state)
         self._allocations: list[Allocation] = []
         self._allocated: set[str] = set()
@@ -424,6 +512,9 @@ class DecisionRun:
         #: first-fit on large clusters: per job shape, the links past its dead rows
         #: (:func:`_live_links`; see ``_shape_first_fit``)
         self._live: dict[tuple[object, ...], list[int]] = {}
+        #: per resource column, the spread shapes' links by their per-task demand there, largest
+        #: first: a row with less ``free + slack`` in that column is dead for the first ones
+        self._spread_links: list[list[tuple[float, list[int]]]] = [[] for _ in self.resource_names]
         self._shadow_k: _ShadowK | None = None  # the reserved job's k on the shadow matrix
         self._slack_rows: list[list[float]] | None = None
         #: per shadow-matrix row, bumped whenever the row changes
@@ -436,20 +527,15 @@ class DecisionRun:
 
     # ------------------------------------------------------------------ construction
 
-    def _build_matrices(self, state: ClusterState) -> None:
-        names: set[str] = set()
-        for n in state.nodes:
-            names.update(n.capacity)
-            names.update(n.allocated)
-        for j in state.pending:
-            names.update(j.per_task)
-        for rj in state.running:
-            names.update(rj.job.per_task)
-        self.resource_names: tuple[str, ...] = tuple(sorted(names))
+    def _build_matrices(
+        self, state: ClusterState, matrices: tuple[FloatArray, FloatArray] | None
+    ) -> None:
         names_t = self.resource_names
-        self._up_nodes: list[Node] = sorted(
-            (n for n in state.nodes if n.state == NodeState.UP), key=lambda n: n.id
+        nodes = state.nodes
+        up = sorted(
+            (i for i, n in enumerate(nodes) if n.state == NodeState.UP), key=lambda i: nodes[i].id
         )
+        self._up_nodes: list[Node] = [nodes[i] for i in up]
         self._row: dict[str, int] = {n.id: i for i, n in enumerate(self._up_nodes)}
         self._up_ids: list[str] = [n.id for n in self._up_nodes]
         #: up rows in ``state.nodes`` order (the order of ``StepView.free``)
@@ -458,8 +544,13 @@ class DecisionRun:
         )
         r = len(names_t)
         shape = (len(self._up_nodes), r)
-        cap = np.array([to_tuple(n.capacity, names_t) for n in self._up_nodes]).reshape(shape)
-        alloc = np.array([to_tuple(n.allocated, names_t) for n in self._up_nodes]).reshape(shape)
+        if matrices is not None:
+            at = np.array(up, dtype=np.intp)
+            cap, alloc = matrices[0][at].reshape(shape), matrices[1][at].reshape(shape)
+        else:
+            cap = np.array([to_tuple(n.capacity, names_t) for n in self._up_nodes]).reshape(shape)
+            alloc = np.array([to_tuple(n.allocated, names_t) for n in self._up_nodes])
+            alloc = alloc.reshape(shape)
         # node.allocated is authoritative, but never count less than the running jobs use
         used: dict[int, list[float]] = {}
         self._releases: list[_Release] = []
@@ -494,11 +585,9 @@ class DecisionRun:
         self._free_rows: list[list[float]] = free.tolist()
         self._free_stale: set[int] = set()
         self._free_total: list[float] = free.sum(axis=0).tolist()
+        self._first_fit = self.config.placement == PlacementStrategy.FIRST_FIT
         #: first-fit placement scans the list mirror row by row (see ``_scan_first_fit``)
-        self._scan = (
-            self.config.placement == PlacementStrategy.FIRST_FIT
-            and len(self._up_nodes) <= SCAN_MAX_ROWS
-        )
+        self._scan = self._first_fit and len(self._up_nodes) <= SCAN_MAX_ROWS
         self._slack_total: list[float] = self._slack.sum(axis=0).tolist()
         self._largest: list[float] = cap.max(axis=0).tolist() if len(self._up_nodes) else [0.0] * r
         self._cap_total: list[float] = cap.sum(axis=0).tolist()
@@ -514,6 +603,8 @@ class DecisionRun:
         #: one entry per job shape (``_Info.key``): the fields of its ``_Info``s
         shapes: dict[_ShapeKey, _Info] = {}
         self._shape_keys: list[_ShapeKey] = []
+        #: the positive columns per sign pattern of a demand (as an array and a list)
+        self._positives: dict[tuple[bool, ...], tuple[IntArray, list[int]]] = {}
         self._infos: list[_Info] = []
         self._by_id: dict[str, _Info] = {}
         infos, by_id = self._infos, self._by_id
@@ -583,12 +674,16 @@ class DecisionRun:
             return found if invalid is None else replace(found, invalid=invalid)
         tasks = key[0]
         demand = np.array(dt, dtype=np.float64)
-        positive = np.flatnonzero(demand > 0.0)
+        signs = tuple([v > 0.0 for v in dt])
+        sign = self._positives.get(signs)
+        if sign is None:
+            positive = np.flatnonzero(demand > 0.0)
+            sign = self._positives[signs] = (positive, positive.tolist())
         total = tuple([tasks * v for v in dt])
         shape = len(self._shape_keys)
         self._shape_keys.append(key)
         found = shapes[key] = _Info(
-            job, demand, positive, positive.tolist(), total, dt, tasks, single, key, None, -1, shape
+            job, demand, sign[0], sign[1], total, dt, tasks, single, key, None, -1, shape
         )
         return found if invalid is None else replace(found, invalid=invalid)
 
@@ -681,7 +776,12 @@ class DecisionRun:
         elif info.tasks > 0 and self._up_nodes and info.invalid is None:
             ft, st = self._free_total, self._slack_total
             positive = info.cols
-            ok = all(info.total[c] <= ft[c] + st[c] for c in positive)
+            total = info.total
+            ok = True
+            for c in positive:
+                if not total[c] <= ft[c] + st[c]:
+                    ok = False
+                    break
             # the "largest free" pre-check; a scan of a job spread over nodes needs none: no
             # row with ``free + slack < demand`` can hold a task (fl(a / d) < 1 for a < d)
             if ok and positive and info.single:
@@ -692,7 +792,7 @@ class DecisionRun:
                 ok = all(per_node[c] <= mx[c] for c in positive)
             if ok and self._scan:
                 result = self._scan_first_fit(info)
-            elif ok and self.config.placement == PlacementStrategy.FIRST_FIT:
+            elif ok and self._first_fit:
                 result = self._shape_first_fit(info)
             elif ok:
                 k = max_tasks_from(
@@ -733,14 +833,11 @@ class DecisionRun:
         tasks = info.tasks
         single = info.single
         # a spread shape's dead rows (k = 0) do not depend on ``tasks``
-        key: tuple[object, ...] = info.key if single else info.job_demand
-        links = self._live.get(key)
+        links = self._live.get(info.key if single else info.job_demand)
         if links is None:
-            ks = max_tasks_from(
-                self._free_plus_slack(), info.demand, info.positive, tasks, guard=self._overflow
-            )
-            links = self._live[key] = _live_links(ks >= tasks if single else ks > 0.0)
+            links = self._shape_links(info)
         end = len(links) - 1
+        spread_links = self._spread_links
         free_rows = self._free_rows
         slack = self._slack_row_lists()
         demand, cols = info.job_demand, info.cols
@@ -757,6 +854,8 @@ class DecisionRun:
                 dead += 1
                 if dead < UNLINK_AFTER:
                     links[row] = row + 1
+                    if not single:
+                        _unlink_spread(spread_links, row, free, sl, demand, cols)
                     row = _skip_dead(links, row + 1)
                 else:  # a run of dead rows: test the rows ahead at once
                     self._unlink_dead(info, links, row)
@@ -771,6 +870,21 @@ class DecisionRun:
                 return out
             row = _skip_dead(links, row + 1)
         return None
+
+    def _shape_links(self, info: _Info) -> list[int]:
+        """New :func:`_live_links` of ``info``'s shape on the current free matrix (a spread
+        shape's are also listed in ``_spread_links``)."""
+        tasks, single = info.tasks, info.single
+        ks = max_tasks_from(
+            self._free_plus_slack(), info.demand, info.positive, tasks, guard=self._overflow
+        )
+        links = self._live[info.key if single else info.job_demand] = _live_links(
+            ks >= tasks if single else ks > 0.0
+        )
+        if not single:
+            for c in info.cols:
+                insort(self._spread_links[c], (info.job_demand[c], links), key=_first_descending)
+        return links
 
     def _unlink_dead(self, info: _Info, links: list[int], row: int) -> None:
         """Test rows ``row .. row + UNLINK_BLOCK`` of ``info``'s shape at once (``row`` is dead)
