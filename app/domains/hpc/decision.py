@@ -153,8 +153,7 @@ class _Release:
     end: float
     submit: float
     job_id: str
-    rows: list[int]
-    tasks: list[int]
+    placed: RowPlacement  # (row, tasks) per up node
     demand: tuple[float, ...]
 
     def sort_key(self) -> tuple[float, float, str]:
@@ -308,9 +307,9 @@ def _flat_releases(
     """Every placement of ``releases``, in order: its row, its amount ``tasks * demand`` (the
     product of Python floats), and per release the number of placements up to and including
     it."""
-    counts = [len(rel.rows) for rel in releases]
-    rows = np.array([row for rel in releases for row in rel.rows], dtype=np.intp)
-    tasks = np.array([t for rel in releases for t in rel.tasks], dtype=np.float64)
+    counts = [len(rel.placed) for rel in releases]
+    rows = np.array([row for rel in releases for row, _ in rel.placed], dtype=np.intp)
+    tasks = np.array([t for rel in releases for _, t in rel.placed], dtype=np.float64)
     demand = np.array([rel.demand for rel in releases], dtype=np.float64)
     demand = demand.reshape(len(releases), width)
     amounts: FloatArray = np.repeat(demand, counts, axis=0) * tasks[:, None]
@@ -557,21 +556,19 @@ class DecisionRun:
         row_of = self._row
         for rj in state.running:
             demand = to_tuple(rj.job.per_task, names_t)
-            rows: list[int] = []
-            tasks: list[int] = []
+            placed: RowPlacement = []
             for p in rj.placements:
                 row = row_of.get(p.node_id)
                 if row is None:
                     continue  # down/drain node: what it frees cannot be used
-                rows.append(row)
-                tasks.append(p.tasks)
+                placed.append((row, p.tasks))
                 u = used.get(row)
                 if u is None:
                     u = used[row] = [0.0] * r
                 for c in range(r):
                     u[c] += p.tasks * demand[c]
             self._releases.append(
-                _Release(rj.expected_end, rj.job.submit_time, rj.job.id, rows, tasks, demand)
+                _Release(rj.expected_end, rj.job.submit_time, rj.job.id, placed, demand)
             )
         for row, u in used.items():
             np.maximum(alloc[row], u, out=alloc[row])
@@ -958,8 +955,6 @@ class DecisionRun:
         demand = info.job_demand
         cols = info.cols
         free_rows, stale, ids = self._free_rows, self._free_stale, self._up_ids
-        at: list[int] = []
-        tasks: list[int] = []
         placements: list[Placement] = []
         for row, t in rows:
             # ``free[row] -= t * demand`` on the positive columns (x - 0.0 == x elsewhere)
@@ -967,22 +962,20 @@ class DecisionRun:
             for c in cols:
                 free[c] -= t * demand[c]
             stale.add(row)
-            at.append(row)
-            tasks.append(t)
             placements.append(Placement(ids[row], t))
         free_total, total = self._free_total, info.total
         for c in cols:
             free_total[c] -= total[c]
         job = info.job
         self._releases.append(
-            _Release(self.now + job.walltime_s, job.submit_time, job.id, at, tasks, demand)
+            _Release(self.now + job.walltime_s, job.submit_time, job.id, rows, demand)
         )
         self._allocations.append(Allocation(job.id, tuple(placements)))
         self._allocated.add(job.id)
         vec = self._vec
         if vec is not None:
             vec.alive[info.index] = False
-            vec.dirty.update(at)
+            vec.dirty.update(row for row, _ in rows)
             vec.fits = None
         if self._fit_cache:
             self._fit_cache.clear()
@@ -1576,7 +1569,11 @@ def decide(
     else:
         while not run.done:
             run.apply(policy.pick(run.view()))
-    return run.result(policy.ref)
+    result = run.result(policy.ref)
+    # the run and its resource model refer to each other: without that cycle its memory is
+    # freed on return instead of by a later full garbage collection
+    del run._easy
+    return result
 
 
 def apply_decision(state: ClusterState, decision: Decision) -> ClusterState:
