@@ -1,7 +1,8 @@
 """Run every benchmark module of this package, sorted by name.
 
 Usage: ``python -m benchmarks [NAME...]`` (``--help`` lists the names); ``python -m
-benchmarks.NAME --help`` gives the options of one.
+benchmarks.NAME --help`` gives the options of one, and ``python -m benchmarks NAME OPTION...``
+passes the options to that one benchmark.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ def discover() -> list[str]:
     )
 
 
-def parse(argv: list[str]) -> list[str]:
-    """The benchmarks to run (all when none is named); exits with help or a usage error."""
+def parse(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The benchmarks to run (all when none is named) and the options for the one named;
+    exits with help or a usage error."""
     known = discover()
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
@@ -39,15 +41,22 @@ def parse(argv: list[str]) -> list[str]:
         metavar="NAME",
         help=f"benchmarks to run (default: all): {', '.join(known)}",
     )
-    names: list[str] = parser.parse_args(argv).names
+    # options start at the first argument that looks like one; before any name, it is ours
+    split = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    if split == 0:
+        split = len(argv)
+    names: list[str] = parser.parse_args(argv[:split]).names
+    options = argv[split:]
     unknown = [n for n in names if n not in known]
     if unknown:
         parser.error(f"no benchmark {', '.join(unknown)}; choose from {', '.join(known)}")
-    return names or known
+    if options and len(names) != 1:
+        parser.error(f"options ({' '.join(options)}) need exactly one benchmark named before them")
+    return names or known, options
 
 
 def main(argv: list[str]) -> int:
-    names = parse(argv)
+    names, options = parse(argv)
     failed = []
     for name in names:
         module = importlib.import_module(f"benchmarks.{name}")
@@ -56,7 +65,7 @@ def main(argv: list[str]) -> int:
             continue
         print(f"=== benchmarks.{name}")
         t0 = time.perf_counter()
-        code = cast(Callable[[list[str]], int], entry)([])
+        code = cast(Callable[[list[str]], int], entry)(options)
         print(f"=== benchmarks.{name}: exit {code} in {time.perf_counter() - t0:.1f} s\n")
         if code != 0:
             failed.append(name)

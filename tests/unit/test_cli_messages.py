@@ -77,4 +77,28 @@ def test_an_unknown_benchmark_names_the_known_ones() -> None:
     )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
-    assert "no benchmark nope; choose from core, decide" in done.stderr
+    assert "no benchmark nope; choose from batching, core, core_scale, decide" in done.stderr
+
+
+def test_options_after_one_benchmark_are_its_options() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "simulate", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--quick" in done.stdout
+
+
+def test_options_need_exactly_one_benchmark() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "simulate", "core", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "need exactly one benchmark" in done.stderr
