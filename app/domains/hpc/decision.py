@@ -84,8 +84,8 @@ REASON_UNSCHEDULABLE = "unschedulable"
 REASON_MAX_ALLOCATIONS = "max_allocations reached"
 REASON_NO_KNOWN_END = "blocked: resources held with no known end"
 
-#: first-fit placement walks the rows in Python floats up to this many up nodes (above it, one
-#: vectorised ``k`` over all rows is cheaper than a scan that may visit every row)
+#: first-fit placement scans every row in Python floats up to this many up nodes; above it,
+#: each job shape walks only the rows still live for it (``DecisionRun._shape_first_fit``)
 SCAN_MAX_ROWS = 64
 
 #: first-fit on large clusters: a walk that has found this many dead rows tests the next
