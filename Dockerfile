@@ -21,7 +21,8 @@ WORKDIR /app
 
 RUN groupadd --system --gid 10001 kairos \
     && useradd --system --uid 10001 --gid kairos --home-dir /app --shell /usr/sbin/nologin kairos \
-    && python3 -m venv "$VIRTUAL_ENV"
+    && python3 -m venv "$VIRTUAL_ENV" \
+    && install -d -o kairos -g kairos /var/lib/kairos/models
 
 # Dependencies first (their own layer, rebuilt only when pyproject.toml changes), with the
 # build backend, so that a change of the source reinstalls it without fetching anything. Only
@@ -33,7 +34,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 
 # The source. Installed in place (editable): app/db/migrate.py finds migrations/ beside app/,
 # and app/shipped_models (a link to ../models) finds the shipped policies in /app/models.
-# compose also mounts ./models read-only over /app/models (swap a policy without rebuilding).
+# compose gives KAIROS_MODELS_DIR a shared writable volume for uploads and a site's own models.
 COPY alembic.ini ./
 COPY migrations ./migrations
 COPY models ./models
@@ -49,7 +50,7 @@ USER kairos
 
 ENV KAIROS_HOST=0.0.0.0 \
     KAIROS_PORT=8000 \
-    KAIROS_MODELS_DIR=/app/models
+    KAIROS_MODELS_DIR=/var/lib/kairos/models
 EXPOSE 8000
 
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \

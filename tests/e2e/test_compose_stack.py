@@ -262,3 +262,20 @@ def test_the_api_image_ran_on_the_chosen_base(stack: Stack) -> None:
     layers = json.loads(out.stdout)["Layers"]
     base_layers = json.loads(base.stdout)["Layers"]
     assert layers[: len(base_layers)] == base_layers
+
+
+def test_the_models_directory_is_shared_and_writable(stack: Stack) -> None:
+    """An upload written by the API is on the volume every live worker reads (KAIROS_MODELS_DIR)."""
+    probe = "import os, pathlib; p = pathlib.Path(os.environ['KAIROS_MODELS_DIR'], '.probe')"
+    stack("exec", "-T", "api", "python", "-c", f"{probe}; p.write_text('x')", timeout=60)
+    live = [
+        c
+        for c in stack.containers("worker")
+        if _run([stack.docker, "inspect", "-f", "{{.State.Running}}", c]).stdout.strip() == "true"
+    ]
+    assert live
+    for container in live:
+        seen = _run(
+            [stack.docker, "exec", container, "python", "-c", f"{probe}; print(p.read_text())"]
+        )
+        assert (seen.returncode, seen.stdout.strip()) == (0, "x"), seen.stderr
