@@ -3,7 +3,8 @@
 Two algorithms (``--algo``, default ``ppo``):
 
 * ``ppo`` (``training/ppo.py``): the stepping kernel policy, RLScheduler's design, trained with
-  PPO in the gym twin; every option of ``training/ppo.py`` is accepted (``kairos train --help``)::
+  PPO in the Gymnasium env on the engine (ADR 0093); every option of ``training/ppo.py`` is
+  accepted (``kairos train --help``)::
 
       kairos train --trace data/lublin_256.swf.gz data/lublin_256_new2.swf.gz \\
           --out models/hpc-kernel/1 --time-budget-s 3600
@@ -11,7 +12,7 @@ Two algorithms (``--algo``, default ``ppo``):
   ``--out`` adds the export of the best checkpoint (``policy.onnx`` + ``card.json``) and, unless
   ``--no-evaluate``, the evaluation table of the paper's protocol in the card.
 * ``es`` (``training/es.py``): the ranking kernel policy (``decision_mode: rank``, ADR 0065),
-  trained with evolution strategies on the simulator's fast twin against the metric itself
+  trained with evolution strategies on the simulator's engine against the metric itself
   (``kairos train --algo es --help``).
 """
 

@@ -1,9 +1,10 @@
-"""Train a *ranking* HPC policy with evolution strategies on the simulator's fast twin.
+"""Train a *ranking* HPC policy with evolution strategies on the simulator's engine.
 
 The policy is a per-job scorer (RLScheduler's shared "kernel", A.8) used as a queue order: at each
 decision the service scores every pending job once from the decision's first view and walks the
 jobs by descending score with its own backfilling (``decision_mode: rank``, ADR 0065).  That is
-exactly what :mod:`sim.kairos_fast` replays, at heuristic speed, so the objective can be the
+exactly what :func:`app.domains.hpc.simulate.simulate_workload` replays through the service's
+EASY rules (ADR 0093), at heuristic speed, so the objective can be the
 metric itself: the average bounded slowdown of whole 1024-job windows, relative to the best
 heuristic on the same windows.  Evolution strategies (Salimans et al. 2017, OpenAI-ES: antithetic
 Gaussian perturbations, centred-rank fitness shaping, Adam) optimise it without gradients through
@@ -73,7 +74,7 @@ class EsArgs:
     backfill: Literal["easy", "none"] = "easy"
     """backfilling of the simulated cluster (train one model per mode)"""
     semantics: Literal["kairos", "rlscheduler"] = "kairos"
-    """simulator: the service's decision code (``sim.kairos_fast``, the default) or RLScheduler's
+    """simulator: the service's decision code (``simulate_workload``, the default) or RLScheduler's
     (``app.domains.hpc.rlscheduler``: the model picks each job there, for the paper's comparison)"""
     episode_length: int = 1024
     """jobs per training window (the evaluation protocol's length)"""
@@ -236,7 +237,7 @@ def shrink_toward_sjf(
 
 
 class NumpyRanker:
-    """The scorer in numpy (float32, the exported graph's operations) for the fast twin."""
+    """The scorer in numpy (float32, the exported graph's operations) for the simulator engine."""
 
     def __init__(self, shapes: Shapes, theta: npt.NDArray[np.float64], name: str = "es") -> None:
         self.p = shapes.unpack(theta)
@@ -246,8 +247,8 @@ class NumpyRanker:
     def ref(self) -> PolicyRef:
         return self._ref
 
-    def rank(self, view: StepView) -> list[int]:  # pragma: no cover - the twin calls score()
-        raise NotImplementedError("NumpyRanker runs in the simulator twin only")
+    def rank(self, view: StepView) -> list[int]:  # pragma: no cover - the engine calls score()
+        raise NotImplementedError("NumpyRanker runs in the simulator engine only")
 
     def score(self, obs: FloatArray, mask: npt.NDArray[np.bool_]) -> LogitsArray:
         p = self.p
@@ -745,7 +746,7 @@ def train(args: EsArgs) -> tuple[Path, dict[str, Any]]:
         }
     meta: dict[str, Any] = {
         "algorithm": "evolution strategies (OpenAI-ES: antithetic sampling, centred ranks, Adam)"
-        " on the simulator's fast twin (sim/kairos_fast.py), objective: mean over traces of"
+        " on the simulator's engine (app/domains/hpc/simulate.py), objective: mean over traces of"
         " log(sum of bsld / sum of the best heuristic's bsld) on shared 1024-job windows"
         + (
             f" (windows drawn in proportion to the best heuristic's bsld on a grid of every"

@@ -1,4 +1,4 @@
-"""Evaluate an exported policy against the heuristics on the paper's protocol, in the training twin.
+"""Evaluate an exported policy against the heuristics on the paper's protocol, in the training env.
 
 Protocol (RLScheduler's, A.9 of the HPC reproduction spec): for each trace, the 10 sequences of
 1024 jobs whose starts come from gym's legacy seeding with seed 1; each sequence starts on an empty
@@ -6,11 +6,10 @@ cluster; the table entry is the mean over the sequences of the per-sequence aver
 slowdown. The learned policy is the exported ONNX file run by onnxruntime (the artifact the service
 loads), decoded greedily (arg-max over the unmasked rows), so results are deterministic.
 
-Semantics are Kairos's.  By default the sequences run in the training twin
+Semantics are Kairos's.  By default the sequences run in the training env
 (``training/hpc_env.py`` over the engine env ``app/domains/hpc/env.py``); ``--service``
 runs them through ``app.domains.hpc.simulate`` (the service's ``decide()``) with the service's
-validating
-``OnnxPolicy`` loader instead: the same numbers (tested), slower.
+validating ``OnnxPolicy`` loader instead: the same numbers (tested), slower.
 
     python -m training.evaluate --model models/hpc-kernel/1 \\
         --trace data/lublin_256.swf.gz data/lublin_256_new2.swf.gz --json eval.json
@@ -123,8 +122,9 @@ def evaluate(
     backfills: Sequence[bool] = (False, True),
     service_policies: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows per (trace, backfill, policy).  ``pickers`` run in the twin; ``service_policies``
-    (name -> heuristic or OnnxPolicy) instead run through ``app.domains.hpc.simulate``, the
+    """Rows per (trace, backfill, policy).  ``pickers`` run in the training env;
+    ``service_policies`` (name -> heuristic or OnnxPolicy) instead run
+    through ``app.domains.hpc.simulate``, the
     service's code."""
     rows: list[dict[str, Any]] = []
     engines: dict[str, tuple[str, Any]] = {n: ("twin", p) for n, p in pickers.items()}
@@ -196,7 +196,7 @@ class EvalArgs:
     """write the rows here"""
     service: bool = False
     """run through ``app.domains.hpc.simulate`` and the service's ``OnnxPolicy`` (slower) instead
-    of the twin"""
+    of the training env"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

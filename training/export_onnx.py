@@ -237,7 +237,8 @@ class ExportArgs:
     evaluate: tuple[str, ...] = ()
     """traces on which to evaluate the exported policy (paper's protocol) for the card"""
     service: bool = False
-    """evaluate through app.domains.hpc.simulate and the service's OnnxPolicy instead of the twin"""
+    """evaluate through app.domains.hpc.simulate and the service's OnnxPolicy instead of the
+    training env"""
     card_extra: str | None = None
     """optional JSON file whose keys are merged into the card"""
 

@@ -420,7 +420,7 @@ class TrainingData:
 
 
 class VecEnv:
-    """``n`` twin episodes stepped in lock-step; a finished episode restarts on a new sequence."""
+    """``n`` episodes stepped in lock-step; a finished episode restarts on a new sequence."""
 
     def __init__(self, args: Args, data: TrainingData, rng: np.random.Generator, n: int) -> None:
         self.args, self.data, self.rng, self.n = args, data, rng, n

@@ -394,7 +394,7 @@ def _dominant_shares(
     return np.asarray(ratio.max(axis=1), dtype=np.float64)
 
 
-#: public name of the vectorised dominant share (the simulator's twin encodes with it)
+#: public name of the vectorised dominant share (the ranking encoder and the envs use it)
 dominant_shares = _dominant_shares
 
 
@@ -596,7 +596,7 @@ def rank_rows(logits: LogitsArray, mask: MaskArray) -> list[int] | None:
 
     Rows are in the view's FCFS order, so ties break by submit time, then id.  ``None`` when a
     pickable row's logit is not finite.  Used by ranking (score-once) policies: the service's
-    :class:`~app.policy.onnx_policy.OnnxRankingPolicy` and the simulator's twin of it.
+    :class:`~app.policy.onnx_policy.OnnxRankingPolicy` and the simulator's ranking encoder.
     """
     if logits.shape != mask.shape:
         raise ValueError(f"logits {logits.shape} and mask {mask.shape} differ in shape")
