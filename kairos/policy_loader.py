@@ -14,6 +14,10 @@ dispatcher package (which may import both), provides that loader:
   that ``app.domains.hpc.simulate`` drives through ``app.domains.hpc.decision`` (the service's
   decision code and
   feature encoder), with the service's runtime options (threads, ``MAX_CANDIDATES``);
+* a spec that is a path (it holds a path separator, starts with ``.`` or ``~``, or names no
+  model but an existing directory) is a **model directory**: ``policy.onnx`` + ``card.json``,
+  validated as the service validates an upload (card depth, card, ONNX contract), named and
+  versioned by its card; a path that is not such a directory is an error naming the path;
 * a model that exists but is refused is an error naming the reason, not "unknown policy".
 
 :func:`register` is called by :mod:`kairos.cli` before it dispatches ``evaluate``.  Sessions are
@@ -26,13 +30,20 @@ import os
 import threading
 from pathlib import Path
 
-from app.policy.onnx_policy import OnnxPolicy, RuntimeOptions
-from app.policy.registry import PACKAGED_MODELS, PolicyRegistry
+from app.policy.onnx_policy import (
+    CARD_FILE,
+    MODEL_FILE,
+    OnnxPolicy,
+    PolicyRefusedError,
+    RuntimeOptions,
+)
+from app.policy.registry import PACKAGED_MODELS, PolicyRegistry, check_card_depth
 from app.settings import Settings
 from sim.evaluate import UnknownPolicyError, register_policy_loader
 
 _lock = threading.Lock()
 _registries: dict[tuple[int, Path, RuntimeOptions, Path | None], PolicyRegistry] = {}
+_directories: dict[tuple[int, Path, RuntimeOptions], OnnxPolicy] = {}
 
 
 def runtime_options(settings: Settings) -> RuntimeOptions:
@@ -55,23 +66,66 @@ def _registry(
         return registry
 
 
+def is_path_spec(spec: str) -> bool:
+    """Whether ``spec`` can only be a path (no model name holds a separator or starts so)."""
+    separators = {"/", os.sep, *([os.altsep] if os.altsep else [])}
+    return spec.startswith((".", "~")) or any(sep in spec for sep in separators)
+
+
+def load_model_dir(path: Path, options: RuntimeOptions) -> OnnxPolicy:
+    """The model in directory ``path`` (``policy.onnx`` + ``card.json``), validated as the
+    service validates an upload and named by its card; one session per process and directory.
+
+    Raises :class:`~sim.evaluate.UnknownPolicyError` naming ``path`` when it is not a model
+    directory or the model is refused.
+    """
+    if not path.is_dir():
+        raise UnknownPolicyError(f"policy {str(path)!r}: no such model directory: {path}")
+    missing = [f for f in (MODEL_FILE, CARD_FILE) if not (path / f).is_file()]
+    if missing:
+        raise UnknownPolicyError(
+            f"policy {str(path)!r}: the model directory {path} lacks {' and '.join(missing)}"
+        )
+    key = (os.getpid(), path.resolve(), options)
+    with _lock:
+        cached = _directories.get(key)
+    if cached is not None:
+        return cached
+    model, card = (path / MODEL_FILE).read_bytes(), (path / CARD_FILE).read_bytes()
+    try:
+        check_card_depth(card)
+        policy = OnnxPolicy.from_bytes(model, card, options=options, path=path)
+    except PolicyRefusedError as exc:
+        raise UnknownPolicyError(
+            f"policy {str(path)!r}: the model in {path} was refused "
+            f"({exc.reason.value}): {exc.message}"
+        ) from exc
+    with _lock:
+        return _directories.setdefault(key, policy)
+
+
 def load_policy(
     name: str, *, models_dir: Path | None = None, settings: Settings | None = None
 ) -> OnnxPolicy | None:
-    """The ONNX policy ``name`` / ``name@version`` names, ``None`` if no such model exists.
+    """The ONNX policy ``name`` / ``name@version`` / a model directory path names, ``None`` if
+    no such model exists.
 
-    Raises :class:`~sim.evaluate.UnknownPolicyError` when the model exists but was refused.
+    Raises :class:`~sim.evaluate.UnknownPolicyError` when the model exists but was refused, or
+    when a path is not a model directory.
     """
     conf = settings if settings is not None else Settings()
     directory = models_dir if models_dir is not None else Path(conf.MODELS_DIR)
     spec = name.strip()
     if not spec:
         return None
+    options = runtime_options(conf)
+    if is_path_spec(spec):
+        return load_model_dir(Path(spec).expanduser(), options)
     packaged = PACKAGED_MODELS if conf.SHIPPED_MODELS else None
-    registry = _registry(directory, runtime_options(conf), packaged)
+    registry = _registry(directory, options, packaged)
     entry = registry.find_or_load(spec, retry_after_s=0.0)
     if entry is None:
-        return None
+        return load_model_dir(Path(spec), options) if Path(spec).is_dir() else None
     if entry.policy is None:
         reason = entry.reason.value if entry.reason is not None else "refused"
         raise UnknownPolicyError(

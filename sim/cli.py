@@ -12,7 +12,7 @@ from pathlib import Path
 
 from app.domains.hpc.swf import SwfFormatError
 from app.domains.hpc.types import Backfill
-from sim.evaluate import EvalSpec, UnknownPolicyError, evaluate, write_json
+from sim.evaluate import EvalSpec, StartJobError, UnknownPolicyError, evaluate, write_json
 
 COMMAND = "evaluate"
 
@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policies",
         required=True,
-        help="comma-separated: heuristics (fcfs,sjf,wfp3,unicep,f1,...) and ONNX policy names",
+        help="comma-separated: heuristics (fcfs,sjf,wfp3,unicep,f1,...), ONNX policy names "
+        "(name or name@version) and model directories (policy.onnx + card.json)",
     )
     p.add_argument("--backfill", choices=["none", "easy"], default="none")
     p.add_argument(
@@ -41,6 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, help="sequence sampling seed (gym legacy)")
     p.add_argument(
         "--slice", type=int, default=0, help="draw sequences from the first K jobs only (0: all)"
+    )
+    p.add_argument(
+        "--start-job",
+        type=int,
+        default=0,
+        help="draw sequences from jobs >= N only, e.g. the part of the trace a tuned model "
+        "did not see (0: RLScheduler's protocol)",
     )
     p.add_argument("--json", type=Path, help="write the result rows here (JSON)")
     p.add_argument(
@@ -66,6 +74,8 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple
             parser.error(f"--{name} must be >= {low}")
     if args.seed < 0 or args.slice < 0 or args.workers < 1:
         parser.error("--seed and --slice must be >= 0, --workers >= 1")
+    if args.start_job < 0:
+        parser.error("--start-job must be >= 0")
     if not Path(args.trace).is_file():
         parser.error(f"--trace: no such file: {args.trace}")
     if args.json is None and args.report is None:
@@ -102,9 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         length=args.length,
         seed=args.seed,
         batch_slice=args.slice,
+        start_job=args.start_job,
     )
     try:
         result = evaluate(spec, workers=args.workers)
+    except StartJobError as exc:
+        print(f"kairos evaluate: error: --start-job: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
     except (UnknownPolicyError, SwfFormatError, ValueError) as exc:
         print(f"kairos evaluate: error: {exc}", file=sys.stderr)  # noqa: T201
         return 2

@@ -3,7 +3,10 @@
 Sequences follow RLScheduler's protocol (A.9): ``sequences`` start indices drawn with gym's
 legacy seeding from ``seed`` (``randint(length, jobs - length - 1)``, or ``slice - length - 1``),
 every policy runs on the identical sequences from an empty cluster, and a row reports the mean
-over sequences of the per-sequence averages.
+over sequences of the per-sequence averages. ``start_job`` N > 0 draws the starts from
+``randint(max(length, N), upper - length - 1)`` with the same generator, so every window lies in
+jobs ``>= N`` (the part of a trace a model tuned on ``[0, N)`` did not see); N = 0 is exactly
+the protocol above.
 
 Policy names are heuristics (``app.domains.hpc.heuristics`` under ``kairos`` semantics,
 RLScheduler's score functions under ``rlscheduler`` semantics) or, under ``kairos`` semantics,
@@ -37,7 +40,12 @@ from app.domains.hpc.metrics import (
 )
 from app.domains.hpc.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
 from app.domains.hpc.ranking import ScoringRanker
-from app.domains.hpc.rlscheduler import RlsPolicy, SequenceResult, sample_starts
+from app.domains.hpc.rlscheduler import (
+    RlsPolicy,
+    SequenceResult,
+    legacy_gym_rng,
+    sample_starts,
+)
 from app.domains.hpc.swf import SwfTrace, load_swf
 from app.domains.hpc.types import Backfill
 from app.kernel.errors import UnknownHeuristicError
@@ -55,6 +63,7 @@ ROW_KEYS = (
     "sequences",
     "length",
     "seed",
+    "start_job",
     "bsld",
     "wait_s",
     "utilization",
@@ -66,6 +75,10 @@ _loaders: list[PolicyLoader] = []
 
 class UnknownPolicyError(ValueError):
     """A ``--policies`` name that is neither a heuristic nor known to any policy loader."""
+
+
+class StartJobError(ValueError):
+    """A ``start_job`` that leaves too few jobs for one sequence."""
 
 
 def register_policy_loader(loader: PolicyLoader) -> None:
@@ -135,6 +148,33 @@ class EvalSpec:
     length: int
     seed: int
     batch_slice: int = 0
+    #: sequences start at jobs >= start_job (0: RLScheduler's protocol, starts >= length)
+    start_job: int = 0
+
+
+def window_starts(
+    n_jobs: int, length: int, count: int, seed: int, *, batch_slice: int = 0, start_job: int = 0
+) -> list[int]:
+    """Start indices of ``count`` sequences of ``length`` jobs, each at ``>= start_job``.
+
+    ``start_job == 0`` is :func:`~app.domains.hpc.rlscheduler.sample_starts`; otherwise the
+    same generator draws ``randint(max(length, start_job), upper - length - 1)``. Raises
+    :class:`StartJobError` when no start is left, ``ValueError`` for a trace too short.
+    """
+    if start_job < 0:
+        raise StartJobError(f"start_job must be >= 0, got {start_job}")
+    if start_job == 0:
+        return sample_starts(n_jobs, length, count, seed, batch_slice=batch_slice)
+    upper = n_jobs if batch_slice == 0 else batch_slice
+    low, high = max(length, start_job), upper - length - 1
+    if high <= low:
+        raise StartJobError(
+            f"start_job {start_job} leaves too few jobs: sequences of {length} jobs starting at "
+            f">= {low} need more than {low + length + 1} jobs, the trace"
+            f"{' slice' if batch_slice else ''} has {upper}"
+        )
+    rng = legacy_gym_rng(seed)
+    return [int(rng.randint(low, high)) for _ in range(count)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,8 +277,13 @@ def evaluate(spec: EvalSpec, *, workers: int = 1, progress: bool | None = None) 
     trace = _trace_for(spec.trace_path)
     for name in spec.policies:  # fail fast on unknown names, before any work
         resolve_policy(name, spec.semantics)
-    starts = sample_starts(
-        trace.n_jobs, spec.length, spec.sequences, spec.seed, batch_slice=spec.batch_slice
+    starts = window_starts(
+        trace.n_jobs,
+        spec.length,
+        spec.sequences,
+        spec.seed,
+        batch_slice=spec.batch_slice,
+        start_job=spec.start_job,
     )
     tasks: list[_Task] = [
         (spec.trace_path, p, i, s, spec.length, spec.backfill.value, spec.semantics)
@@ -269,6 +314,7 @@ def _row(
         "sequences": spec.sequences,
         "length": spec.length,
         "seed": spec.seed,
+        "start_job": spec.start_job,
         "bsld": float(np.mean([o.bsld for o in outcomes])),
         "wait_s": float(np.mean([o.wait_s for o in outcomes])),
         "utilization": float(np.mean([o.utilization for o in outcomes])),

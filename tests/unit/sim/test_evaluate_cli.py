@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from app.domains.hpc.decision import DecisionConfig
 from app.domains.hpc.heuristics import get_heuristic
 from app.domains.hpc.metrics import avg_bounded_slowdown
-from app.domains.hpc.rlscheduler import simulate_sequence
+from app.domains.hpc.rlscheduler import sample_starts, simulate_sequence
+from app.domains.hpc.simulate import simulate_kairos
 from app.domains.hpc.swf import load_swf
 from app.domains.hpc.types import Backfill
 from sim import evaluate as ev
@@ -20,8 +22,9 @@ DATA = Path(__file__).resolve().parents[3] / "data"
 LUBLIN1 = str(DATA / "lublin_256.swf.gz")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # issue 4: the --json row keys, spelled out here so that a change to ROW_KEYS fails a test
+# (issue 21 adds start_job)
 ISSUE_ROW_KEYS = {"trace", "policy", "backfill", "semantics", "sequences", "length", "seed",
-                  "bsld", "wait_s", "utilization", "per_sequence_bsld"}  # fmt: skip
+                  "start_job", "bsld", "wait_s", "utilization", "per_sequence_bsld"}  # fmt: skip
 
 
 def test_rlscheduler_cli_reproduces_published_cells(tmp_path, capsys):
@@ -163,3 +166,79 @@ def test_progress_bar_shows_on_a_terminal_only(monkeypatch, tty):
         assert "4/4" in shown  # one tick per (policy, sequence)
     else:
         assert shown == ""
+
+
+def test_start_job_draws_every_window_from_jobs_at_or_after_it(tmp_path):
+    out = tmp_path / "rows.json"
+    argv = ["evaluate", "--trace", LUBLIN1, "--policies", "fcfs,sjf", "--backfill", "easy",
+            "--semantics", "kairos", "--sequences", "6", "--length", "48", "--seed", "3",
+            "--start-job", "6000", "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    rows = json.loads(out.read_text())
+    assert {r["start_job"] for r in rows} == {6000}
+    spec = EvalSpec(LUBLIN1, ("sjf",), Backfill.EASY, "kairos", 6, 48, 3, start_job=6000)
+    result = ev.evaluate(spec, progress=False)
+    assert all(6000 <= s <= 10000 - 48 - 2 for s in result.starts)
+    assert len(set(result.starts)) > 1
+    # deterministic for a seed, another seed draws other windows
+    assert ev.evaluate(spec, progress=False).starts == result.starts
+    other = EvalSpec(LUBLIN1, ("sjf",), Backfill.EASY, "kairos", 6, 48, 4, start_job=6000)
+    assert ev.evaluate(other, progress=False).starts != result.starts
+    # the rows are the policies run on exactly those windows
+    trace = load_swf(LUBLIN1)
+    config = DecisionConfig(backfill=Backfill.EASY)
+    direct = [avg_bounded_slowdown(simulate_kairos(trace, s, 48, get_heuristic("sjf"),
+                                                   config=config, pooled=True))
+              for s in result.starts]  # fmt: skip
+    assert rows[1]["per_sequence_bsld"] == pytest.approx(direct)
+    assert result.rows[0]["per_sequence_bsld"] == rows[1]["per_sequence_bsld"]
+
+
+@pytest.mark.parametrize("seed", [1, 3, 7])
+@pytest.mark.parametrize("batch_slice", [0, 3000])
+def test_start_job_zero_keeps_the_rlscheduler_starts(seed, batch_slice):
+    expected = sample_starts(10000, 256, 10, seed, batch_slice=batch_slice)
+    assert ev.window_starts(10000, 256, 10, seed, batch_slice=batch_slice) == expected
+    assert ev.window_starts(10000, 256, 10, seed, batch_slice=batch_slice, start_job=0) == expected
+    # below the protocol's own lower bound (length) it changes nothing either
+    assert ev.window_starts(10000, 256, 10, seed, batch_slice=batch_slice, start_job=200) == (
+        expected
+    )
+    later = ev.window_starts(10000, 256, 10, seed, batch_slice=batch_slice, start_job=1000)
+    assert min(later) >= 1000
+    assert later != expected
+
+
+def test_start_job_within_the_slice_and_the_json_default(tmp_path):
+    starts = ev.window_starts(10000, 32, 20, 5, batch_slice=500, start_job=300)
+    assert all(300 <= s < 500 - 32 - 1 for s in starts)
+    out = tmp_path / "rows.json"
+    argv = ["evaluate", "--trace", LUBLIN1, "--policies", "fcfs", "--sequences", "1",
+            "--length", "32", "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert json.loads(out.read_text())[0]["start_job"] == 0
+
+
+@pytest.mark.parametrize(
+    "extra", [["--start-job", "9990"], ["--start-job", "9000", "--slice", "5000"]]
+)
+def test_a_start_job_without_room_for_a_window_is_a_clear_error(tmp_path, capsys, extra):
+    out = tmp_path / "rows.json"
+    code = main(
+        ["evaluate", "--trace", LUBLIN1, "--policies", "fcfs", "--sequences", "2",
+         "--length", "64", "--json", str(out), *extra]
+    )  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--start-job" in err
+    assert "too few jobs" in err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_negative_start_job_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["evaluate", "--trace", LUBLIN1, "--policies", "fcfs", "--start-job", "-1",
+              "--json", str(tmp_path / "o.json")])  # fmt: skip
+    assert exc.value.code == 2
+    assert "--start-job must be >= 0" in capsys.readouterr().err
