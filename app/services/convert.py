@@ -20,7 +20,7 @@ from app.domains.hpc.types import (
     RunningJob,
 )
 from app.schemas.cluster import ClusterRead, NodeRead
-from app.schemas.decision import DecisionDetail, DecisionRead
+from app.schemas.decision import DecisionRead
 from app.schemas.job import JobRead, JobSpec, JobWarning
 
 
@@ -233,10 +233,6 @@ def cluster_read(
 
 def decision_read(record: DecisionRecord) -> DecisionRead:
     return DecisionRead.model_validate(_decision_dict(record))
-
-
-def decision_detail(record: DecisionRecord) -> DecisionDetail:
-    return DecisionDetail.model_validate({**_decision_dict(record), "input": record.input_snapshot})
 
 
 def _decision_dict(record: DecisionRecord) -> dict[str, Any]:

@@ -54,7 +54,7 @@ RLScheduler.  The chosen rows are then laid out in the view's own (FCFS) order.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -318,14 +318,21 @@ def select_window(view: StepView, max_candidates: int = DEFAULT_MAX_CANDIDATES) 
         share = _dominant_share(_total_demand(jobs[i], names), capacity)
         return (share, jobs[i].submit_time, jobs[i].id)
 
-    chosen: list[int] = []
-    seen: set[int] = set()
-    for group in (
+    groups = (
         [i for i in range(count) if view.mask[i]],
         [i for i in range(count) if not view.mask[i]],
-    ):
-        by_sjf = sorted(group, key=sjf_key)
-        by_small = sorted(group, key=small_key)
+    )
+    return _interleave(
+        ((sorted(g, key=sjf_key), sorted(g, key=small_key)) for g in groups), max_candidates
+    )
+
+
+def _interleave(orders: Iterable[tuple[list[int], list[int]]], max_candidates: int) -> list[int]:
+    """The window: per group (allowed first), the SJF and the "smallest" orders taken in turn,
+    each index once, until ``max_candidates``; indices ascending."""
+    chosen: list[int] = []
+    seen: set[int] = set()
+    for by_sjf, by_small in orders:
         for pair in zip(by_sjf, by_small, strict=True):
             for i in pair:
                 if i not in seen:
@@ -365,19 +372,17 @@ def window_rows(
     """
     if len(mask) <= max_candidates:
         return list(range(len(mask)))
-    chosen: list[int] = []
-    seen: set[int] = set()
-    for group in (np.flatnonzero(mask), np.flatnonzero(~mask)):
-        by_sjf = group[np.lexsort((submit[group], walltime[group]))].tolist()
-        by_small = group[np.lexsort((submit[group], size[group]))].tolist()
-        for pair in zip(by_sjf, by_small, strict=True):
-            for i in pair:
-                if i not in seen:
-                    seen.add(i)
-                    chosen.append(i)
-                    if len(chosen) == max_candidates:
-                        return sorted(chosen)
-    return sorted(chosen)
+    groups = (np.flatnonzero(mask), np.flatnonzero(~mask))
+    return _interleave(
+        (
+            (
+                g[np.lexsort((submit[g], walltime[g]))].tolist(),
+                g[np.lexsort((submit[g], size[g]))].tolist(),
+            )
+            for g in groups
+        ),
+        max_candidates,
+    )
 
 
 def _dominant_shares(
