@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     DEFAULT_POLICY: str = "hpc-kernel"
     DEFAULT_POLICY_NO_BACKFILL: str = "hpc-kernel-none"
     DEFAULT_FALLBACK: str = "f1"
+    #: The default policy of ``gpu`` and ``dag`` clusters (see :meth:`default_domain_policy`).
+    DEFAULT_GPU_POLICY: str = "gpu-v1"
+    DEFAULT_DAG_POLICY: str = "dag-v1"
     DEFAULT_BACKFILL: Literal["easy", "none"] = "easy"
     DEFAULT_PLACEMENT: Literal["first_fit", "best_fit", "tetris"] = "first_fit"
     #: Upgrade the schema on start when it is behind the newest migration.
@@ -120,6 +123,11 @@ class Settings(BaseSettings):
         """The deadline of a decision on a snapshot of ``items`` nodes and jobs (pending and
         running) that names none: DEFAULT_DEADLINE_MS + DEADLINE_MS_PER_1K_ITEMS per 1,000."""
         return self.DEFAULT_DEADLINE_MS + self.DEADLINE_MS_PER_1K_ITEMS * max(0, items) / 1000.0
+
+    def default_domain_policy(self, domain: str) -> str | None:
+        """The shipped learned policy a new ``gpu`` or ``dag`` cluster decides with when it
+        names none (the domain's fallback heuristic when that model is not installed)."""
+        return {"gpu": self.DEFAULT_GPU_POLICY, "dag": self.DEFAULT_DAG_POLICY}.get(domain)
 
     def default_policy_for(self, backfill: str) -> str:
         """The policy of a cluster or decide call that names none, given its backfilling mode."""

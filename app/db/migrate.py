@@ -54,7 +54,7 @@ def _upgrade(connection: Connection) -> None:
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
     if _current(connection) != head_revisions():
-        command.upgrade(alembic_config(connection), "head")
+        command.upgrade(alembic_config(connection), "heads")
 
 
 async def upgrade_to_head(engine: AsyncEngine) -> None:

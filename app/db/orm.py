@@ -63,6 +63,10 @@ class ClusterRecord(TimestampMixin, Base):
     #: Computed beside the primary on every decision, stored, never served (pipeline issue).
     shadow_policy: Mapped[str | None] = mapped_column(String(POLICY_LEN))
     labels: Mapped[JSONDict] = mapped_column(JSON)
+    #: The scheduling domain (``app.domains``) whose rules decide the cluster; fixed at creation.
+    domain: Mapped[str] = mapped_column(String(16), default="hpc", server_default="hpc")
+    #: The domain's cluster settings (``ClusterUpsert.<domain>``), JSON; ``None`` for hpc.
+    domain_config: Mapped[JSONDict | None] = mapped_column(JSON, default=None)
 
 
 class NodeRecord(TimestampMixin, Base):

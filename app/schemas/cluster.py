@@ -24,6 +24,8 @@ PolicyName = Annotated[
 BackfillName = Literal["easy", "none"]
 PlacementName = Literal["first_fit", "best_fit", "tetris"]
 NodeStateName = Literal["up", "down", "drain"]
+#: The scheduling domains a cluster may declare (``app.domains``).
+DomainName = Literal["hpc", "gpu", "dag"]
 
 CLUSTER_EXAMPLE: JsonDict = {
     "name": "Training cluster",
@@ -39,6 +41,14 @@ class ClusterUpsert(Schema):
     model_config = ConfigDict(json_schema_extra={"examples": [CLUSTER_EXAMPLE]})
 
     name: Name | None = None
+    domain: DomainName = Field(
+        default="hpc",
+        description=(
+            "The scheduling domain whose rules decide this cluster: `hpc` (batch gangs, EASY "
+            "backfilling), `gpu` (GPU training jobs: preemption, elastic resizes, attained "
+            "service) or `dag` (jobs as DAGs of stages). Fixed when the cluster is created."
+        ),
+    )
     resources: Annotated[list[ResourceName], Field(min_length=1, max_length=64)]
     policy: PolicyName | None = None
     fallback: PolicyName | None = None
@@ -51,6 +61,7 @@ class ClusterUpsert(Schema):
 class ClusterRead(ReadSchema):
     id: str
     name: str | None
+    domain: DomainName = "hpc"
     resources: list[str]
     policy: str
     fallback: str

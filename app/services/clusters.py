@@ -7,6 +7,7 @@ from typing import Any
 from app.db.orm import ClusterRecord
 from app.db.repositories.cluster_repository import ClusterRepository
 from app.db.repositories.node_repository import NodeRepository
+from app.domains import DEFAULT_DOMAIN, get_domain
 from app.schemas.cluster import ClusterRead, ClusterUpsert
 from app.schemas.common import Page
 from app.services.context import Ctx
@@ -17,24 +18,71 @@ from app.services.paging import cursor_arg
 from app.settings import Settings
 
 
+def _check_policy_name(
+    field: str, name: str, domain: str, decisions: DecisionService, tenant: str
+) -> ErrorItem | None:
+    """``name`` decides clusters of ``domain`` for ``tenant``: one of the domain's heuristics or a
+    policy (shipped model or the tenant's upload) whose card names that domain."""
+    if domain != DEFAULT_DOMAIN and name.partition("@")[0].strip().lower() in set(
+        get_domain(domain).heuristic_names()
+    ):
+        return None
+    if domain == DEFAULT_DOMAIN and not decisions.knows(name, tenant):
+        return ErrorItem(field, f"unknown policy {name!r}", "unknown")
+    info = decisions.get_policy(name, tenant)
+    if info is None and domain == DEFAULT_DOMAIN:
+        return None  # an hpc heuristic
+    if info is None or info.kind == "heuristic":  # the catalogue's heuristics are hpc's
+        return ErrorItem(field, f"unknown {domain} policy {name!r}", "unknown")
+    if info.domain not in (domain, "any"):
+        return ErrorItem(
+            field, f"policy {name!r} decides {info.domain} clusters, not {domain}", "domain"
+        )
+    return None
+
+
 def _check_policies(body: ClusterUpsert, decisions: DecisionService, tenant: str) -> None:
-    """The cluster's policies are ones ``tenant`` may decide with (heuristics, shipped models,
-    its own uploads: ADR 0088) and its fallback is a heuristic."""
+    """The cluster's policies are ones ``tenant`` may decide its domain with (heuristics, shipped
+    models, its own uploads: ADR 0088) and its fallback is one of the domain's heuristics."""
     problems: list[ErrorItem] = []
-    if body.policy is not None and not decisions.knows(body.policy, tenant):
-        problems.append(ErrorItem("body.policy", f"unknown policy {body.policy!r}", "unknown"))
-    if body.shadow_policy is not None and not decisions.knows(body.shadow_policy, tenant):
-        problems.append(
-            ErrorItem("body.shadow_policy", f"unknown policy {body.shadow_policy!r}", "unknown")
+    for field, name in (("body.policy", body.policy), ("body.shadow_policy", body.shadow_policy)):
+        if name is not None:
+            problem = _check_policy_name(field, name, body.domain, decisions, tenant)
+            if problem is not None:
+                problems.append(problem)
+    if body.fallback is not None:
+        heuristic = (
+            decisions.is_heuristic(body.fallback)
+            if body.domain == DEFAULT_DOMAIN
+            else body.fallback.strip().lower() in set(get_domain(body.domain).heuristic_names())
         )
-    if body.fallback is not None and not decisions.is_heuristic(body.fallback):
-        problems.append(
-            ErrorItem("body.fallback", f"{body.fallback!r} is not a heuristic", "unknown")
-        )
+        if not heuristic:
+            problems.append(
+                ErrorItem(
+                    "body.fallback",
+                    f"{body.fallback!r} is not a {body.domain} heuristic",
+                    "unknown",
+                )
+            )
     if len(set(body.resources)) != len(body.resources):
         problems.append(ErrorItem("body.resources", "resource names repeat", "duplicate"))
     if problems:
         raise UnprocessableError("the cluster definition is invalid", details=problems)
+
+
+def default_policy(
+    domain: str, backfill: str, decisions: DecisionService, settings: Settings, tenant: str
+) -> str:
+    """The policy of a new cluster that names none: the domain's shipped learned default when it
+    is installed, else the domain's default fallback heuristic."""
+    if domain == DEFAULT_DOMAIN:
+        return settings.default_policy_for(backfill)
+    preferred = settings.default_domain_policy(domain)
+    if preferred is not None and (
+        _check_policy_name("body.policy", preferred, domain, decisions, tenant) is None
+    ):
+        return preferred
+    return get_domain(domain).default_fallback
 
 
 async def upsert_cluster(
@@ -52,12 +100,16 @@ async def upsert_cluster(
     _check_policies(body, decisions, ctx.tenant)
     repo = ClusterRepository(ctx.session)
     backfill = body.backfill or settings.DEFAULT_BACKFILL
+    hpc = body.domain == DEFAULT_DOMAIN
     definition: dict[str, Any] = {
         "name": body.name,
+        "domain": body.domain,
         "resources": list(body.resources),
         "backfill": backfill,
-        "policy": body.policy or settings.default_policy_for(backfill),
-        "fallback": body.fallback or settings.DEFAULT_FALLBACK,
+        "policy": body.policy
+        or default_policy(body.domain, backfill, decisions, settings, ctx.tenant),
+        "fallback": body.fallback
+        or (settings.DEFAULT_FALLBACK if hpc else get_domain(body.domain).default_fallback),
         "placement": body.placement or settings.DEFAULT_PLACEMENT,
         "shadow_policy": body.shadow_policy,
         "labels": dict(body.labels),
@@ -73,6 +125,12 @@ async def upsert_cluster(
                 code="concurrent_change",
             )
     if not created:
+        if record.domain != body.domain:
+            raise ConflictError(
+                f"cluster {cluster_id!r} is a {record.domain} cluster; its domain is fixed at "
+                f"creation (delete it and create it again to change the domain)",
+                code="domain_fixed",
+            )
         await _check_resources_cover_nodes(ctx, record, body.resources)
         for name, value in definition.items():
             setattr(record, name, value)

@@ -7,7 +7,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from app.db.orm import ClusterRecord, DecisionRecord, JobRecord, NodeRecord
 from app.domains.hpc.types import (
@@ -19,7 +19,7 @@ from app.domains.hpc.types import (
     Resources,
     RunningJob,
 )
-from app.schemas.cluster import ClusterRead, NodeRead
+from app.schemas.cluster import ClusterRead, DomainName, NodeRead
 from app.schemas.decision import DecisionRead
 from app.schemas.job import JobRead, JobSpec, JobWarning
 
@@ -207,6 +207,7 @@ def cluster_read(
     return ClusterRead(
         id=record.id,
         name=record.name,
+        domain=cast(DomainName, record.domain),
         resources=list(record.resources),
         policy=record.policy,
         fallback=record.fallback,

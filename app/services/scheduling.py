@@ -33,6 +33,7 @@ from app.db.orm import ClusterRecord, DecisionRecord
 from app.db.repositories.decision_repository import DecisionRepository
 from app.db.repositories.job_repository import JobRepository, JobRow, JobStart, job_rows, start_jobs
 from app.db.repositories.node_repository import NodeRow, node_rows, set_allocated
+from app.domains import DEFAULT_DOMAIN
 from app.domains.hpc.codec import state_to_json
 from app.domains.hpc.types import (
     Backfill,
@@ -69,6 +70,7 @@ from app.services.decision import (
 from app.services.decisions import SNAPSHOT_CODEC, SNAPSHOT_CODEC_KEY
 from app.services.dependencies import check_snapshot_dependencies
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
+from app.services.rounds import round_function
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -333,14 +335,19 @@ async def schedule_cluster(
     settings: Settings,
     request_id: str | None = None,
 ) -> DecisionRead:
+    timings = round_timings.get()
+    started = time.perf_counter()
+    cluster = await require_cluster(ctx, cluster_id, lock=True)
+    if cluster.domain != DEFAULT_DOMAIN:
+        run_round = round_function(cluster.domain)
+        return await run_round(
+            ctx, cluster, body, decisions=decisions, settings=settings, request_id=request_id
+        )
     if body.policy is not None and not decisions.knows(body.policy, ctx.tenant):
         raise UnprocessableError(
             f"unknown policy {body.policy!r}",
             details=[ErrorItem("body.policy", "unknown policy", "unknown")],
         )
-    timings = round_timings.get()
-    started = time.perf_counter()
-    cluster = await require_cluster(ctx, cluster_id, lock=True)
     now = body.now if body.now is not None else epoch_now()
     loaded = await _load_state(ctx, cluster, now)
     state = loaded.state

@@ -1,0 +1,78 @@
+"""A cluster's domain (``hpc``, ``gpu``, ``dag``): declared at creation, fixed after, and the
+policy names it accepts are its domain's."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.factories import cluster_body
+
+
+async def test_default_domain_is_hpc(client: httpx.AsyncClient, cid: str) -> None:
+    r = await client.put(f"/v1/clusters/{cid}", json=cluster_body())
+    assert r.status_code == 201
+    assert r.json()["domain"] == "hpc"
+    assert (await client.get(f"/v1/clusters/{cid}")).json()["domain"] == "hpc"
+
+
+@pytest.mark.parametrize(("domain", "fallback"), [("gpu", "tiresias-2dlas"), ("dag", "fair")])
+async def test_domain_cluster_gets_its_domains_fallback(
+    client: httpx.AsyncClient, cid: str, domain: str, fallback: str
+) -> None:
+    r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(domain=domain))
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["domain"] == domain
+    assert body["fallback"] == fallback
+    listed = (await client.get("/v1/clusters")).json()["items"]
+    assert [c["domain"] for c in listed if c["id"] == cid] == [domain]
+
+
+async def test_another_domains_heuristic_is_422_naming_the_field(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(domain="gpu", policy="f1"))
+    assert r.status_code == 422
+    assert r.json()["error"]["details"][0]["field"] == "body.policy"
+    r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(domain="gpu", fallback="sjf-cp"))
+    assert r.status_code == 422
+    assert r.json()["error"]["details"][0]["field"] == "body.fallback"
+    r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(policy="tiresias-2dlas"))
+    assert r.status_code == 422
+    assert r.json()["error"]["details"][0]["field"] == "body.policy"
+    assert (await client.get(f"/v1/clusters/{cid}")).status_code == 404
+
+
+async def test_a_domain_policy_of_the_domain_is_accepted(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    r = await client.put(
+        f"/v1/clusters/{cid}", json=cluster_body(domain="gpu", policy="las", fallback="fifo")
+    )
+    assert r.status_code == 201, r.text
+    assert (r.json()["policy"], r.json()["fallback"]) == ("las", "fifo")
+
+
+async def test_an_hpc_model_does_not_decide_a_gpu_cluster(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    r = await client.put(
+        f"/v1/clusters/{cid}", json=cluster_body(domain="gpu", policy="hpc-kernel")
+    )
+    assert r.status_code == 422
+    assert r.json()["error"]["details"][0]["field"] == "body.policy"
+
+
+async def test_domain_is_fixed_after_creation(client: httpx.AsyncClient, cid: str) -> None:
+    assert (await client.put(f"/v1/clusters/{cid}", json=cluster_body())).status_code == 201
+    r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(domain="gpu"))
+    assert r.status_code == 409
+    assert r.json()["error"]["code"] == "domain_fixed"
+    assert (await client.get(f"/v1/clusters/{cid}")).json()["domain"] == "hpc"
+
+
+async def test_unknown_domain_is_422(client: httpx.AsyncClient, cid: str) -> None:
+    r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(domain="quantum"))
+    assert r.status_code == 422
+    assert r.json()["error"]["details"][0]["field"] == "body.domain"
