@@ -1,4 +1,4 @@
-"""Standard Workload Format (SWF) loader.
+"""Standard Workload Format (SWF) loader and writer (:func:`format_swf`).
 
 Reads plain or gzip-compressed SWF files into column arrays (:class:`SwfTrace`), applying the
 cleaning rules of RLScheduler's ``job.py`` (reproduction spec A.1):
@@ -24,7 +24,7 @@ import gzip
 import io
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -216,3 +216,34 @@ def load_swf(path: str | Path, *, order: TraceOrder = "submit") -> SwfTrace:
     with _open_text(p) as fh:
         trace = parse_swf(fh, name=str(p), order=order)
     return dataclasses.replace(trace, name=name)
+
+
+def _swf_token(value: float) -> str:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"an SWF field must be finite, got {value!r}")
+    return str(int(number)) if number == int(number) else repr(number)
+
+
+def format_swf(
+    rows: Iterable[Sequence[float]],
+    *,
+    max_nodes: int,
+    max_procs: int,
+    comments: Iterable[str] = (),
+) -> Iterator[str]:
+    """SWF text lines (each ending in ``\\n``) that :func:`parse_swf` reads back: the
+    ``comments`` as ``; `` header lines, the ``MaxNodes``/``MaxProcs`` headers, then one line of
+    exactly :data:`SWF_FIELDS` fields per row (``-1``: unknown). Integral values are written
+    without a decimal point."""
+    if max_nodes < 1 or max_procs < 1:
+        raise ValueError(f"MaxNodes and MaxProcs must be positive ({max_nodes}, {max_procs})")
+    for comment in comments:
+        for part in comment.splitlines() or [""]:
+            yield f"; {part}".rstrip() + "\n"
+    yield f"; MaxNodes: {max_nodes}\n"
+    yield f"; MaxProcs: {max_procs}\n"
+    for row in rows:
+        if len(row) != SWF_FIELDS:
+            raise ValueError(f"an SWF row has {SWF_FIELDS} fields, got {len(row)}")
+        yield " ".join(_swf_token(v) for v in row) + "\n"
