@@ -7,6 +7,12 @@ batch).  ``--seeds A-B`` runs every policy on each seed of the range (decima-com
 decima-sim's ``env.seed(10,000,000 + k)``).  One JSON row per policy: the means over seeds of each
 episode's metrics, the per-seed average JCTs, their 95 % interval half-width and, when ``fair`` is
 among the policies, the paired mean of per-seed ratios to it.
+
+``--workflows FILE [FILE ...]`` instead of ``--tpch``: each WfCommons instance is one DAG job of
+one-task stages (:mod:`sim.dag_workflows`); per seed they arrive in a random order, the first at
+t = 0 and the rest a Poisson stream of mean gap T
+(:func:`app.domains.dag.workflow.workflow_arrivals`); ``jobs`` is the number of files (a file
+given twice is two jobs).
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from app.domains.dag.heuristics import get_heuristic
 from app.domains.dag.metrics import EpisodeMetrics, episode_metrics
 from app.domains.dag.policy import DagPolicy
 from app.domains.dag.simulate import SEMANTICS, Semantics, SimConfig, run_episode
+from app.domains.dag.workflow import run_workflow_episode
 from app.kernel.errors import UnknownHeuristicError
 from sim.dag_data import DEFAULT_TPCH, load_decima, load_tpch
+from sim.dag_workflows import WorkflowFileError, load_workflows
 
 __all__ = ["DagEvalSpec", "build_parser", "evaluate_dag", "main", "parse_seeds"]
 
@@ -43,6 +51,8 @@ class DagEvalSpec:
     policies: tuple[str, ...]
     seeds: tuple[int, ...]
     tpch_path: str = str(DEFAULT_TPCH)
+    #: WfCommons instance files: the workload instead of TPC-H when not empty
+    workflows: tuple[str, ...] = ()
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
@@ -80,8 +90,18 @@ def make_policy(name: str, seed: int = 0) -> DagPolicy:
 
 def _episode(args: tuple[DagEvalSpec, str, int]) -> EpisodeMetrics:
     spec, policy, seed = args
-    lib = load_tpch(Path(spec.tpch_path))
     interval_ms = spec.arrival_interval_s * 1000.0
+    if spec.workflows:
+        return episode_metrics(
+            run_workflow_episode(
+                load_workflows(spec.workflows),
+                SimConfig(spec.semantics, spec.executors),
+                make_policy(policy, seed),
+                seed=seed,
+                interval_ms=interval_ms,
+            )
+        )
+    lib = load_tpch(Path(spec.tpch_path))
     if interval_ms > 0:
         num_init, num_stream = 1, spec.jobs - 1
     else:
@@ -107,6 +127,8 @@ def _ci95(values: Sequence[float]) -> float:
 def evaluate_dag(spec: DagEvalSpec, workers: int = 1) -> list[dict[str, Any]]:
     for name in spec.policies:
         make_policy(name)  # unknown names fail before any episode
+    if spec.workflows:
+        load_workflows(spec.workflows)  # so does a bad workflow file
     tasks = [(spec, p, s) for p in spec.policies for s in spec.seeds]
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
@@ -140,6 +162,8 @@ def evaluate_dag(spec: DagEvalSpec, workers: int = 1) -> list[dict[str, Any]]:
             "finished_jobs": int(sum(m.finished for m in ms)),
             "per_seed_avg_jct_s": per_seed,
         }
+        if spec.workflows:
+            row["workflows"] = [Path(w).name for w in spec.workflows]
         if fair is not None:
             ratios = [m.avg_jct_s / f.avg_jct_s for m, f in zip(ms, fair, strict=True)]
             row["ratio_to_fair"] = float(np.mean(ratios))
@@ -161,10 +185,15 @@ def text_table(rows: Sequence[dict[str, Any]]) -> str:
 
 def write_report(rows: Sequence[dict[str, Any]], spec: DagEvalSpec, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
+    workload = (
+        f"{spec.jobs} WfCommons workflows ({', '.join(Path(w).name for w in spec.workflows)})"
+        if spec.workflows
+        else f"{spec.jobs} TPC-H jobs"
+    )
     lines = [
         "# DAG evaluation",
         "",
-        f"Semantics `{spec.semantics}`, {spec.executors} executors, {spec.jobs} TPC-H jobs, "
+        f"Semantics `{spec.semantics}`, {spec.executors} executors, {workload}, "
         f"mean arrival gap {spec.arrival_interval_s:g} s, seeds {rows[0]['seed']}.",
         "",
         "| policy | avg JCT (s) | +- 95 % | p50 (s) | p95 (s) | makespan (s) | utilisation "
@@ -186,12 +215,19 @@ def write_report(rows: Sequence[dict[str, Any]], spec: DagEvalSpec, out_dir: Pat
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kairos evaluate --domain dag",
-        description="Run TPC-H DAG episodes and compare DAG scheduling policies.",
+        description="Run DAG episodes (TPC-H or WfCommons workflows) and compare DAG scheduling "
+        "policies.",
     )
     p.add_argument("--domain", choices=["dag"], default="dag")
     p.add_argument("--semantics", choices=list(SEMANTICS), default="kairos")
     p.add_argument("--tpch", action="store_true", help="Decima's TPC-H DAGs (the workload)")
     p.add_argument("--tpch-file", type=Path, default=DEFAULT_TPCH, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--workflows",
+        nargs="+",
+        metavar="FILE",
+        help="WfCommons instances (WfFormat 1.5/1.6 JSON), each one DAG job of one-task stages",
+    )
     p.add_argument("--jobs", type=int, default=50, help="jobs per episode (default 50)")
     p.add_argument(
         "--arrival-interval-s",
@@ -213,14 +249,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _workload(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``--workflows`` files (empty for ``--tpch``); a usage error unless exactly one
+    workload is given and, for TPC-H, its file exists."""
+    if args.tpch == bool(args.workflows):
+        parser.error("give --tpch or --workflows FILE [FILE ...] (one workload)")
+    if args.tpch and not Path(args.tpch_file).is_file():
+        parser.error(f"no TPC-H file at {args.tpch_file}")
+    return tuple(str(w) for w in args.workflows or ())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in and args_in[0] == "evaluate":
         args_in = args_in[1:]
     parser = build_parser()
     args = parser.parse_args(args_in)
-    if not args.tpch:
-        parser.error("give --tpch (the only DAG workload so far)")
+    workflows = _workload(parser, args)
     if args.executors < 1 or args.jobs < 1 or args.workers < 1:
         parser.error("--executors, --jobs and --workers must be >= 1")
     if args.arrival_interval_s < 0 or not math.isfinite(args.arrival_interval_s):
@@ -234,20 +279,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds = parse_seeds(args.seeds)
     except ValueError as exc:
         parser.error(str(exc))
-    if not Path(args.tpch_file).is_file():
-        parser.error(f"no TPC-H file at {args.tpch_file}")
     spec = DagEvalSpec(
         semantics=cast(Semantics, args.semantics),
         executors=args.executors,
-        jobs=args.jobs,
+        jobs=len(workflows) if workflows else args.jobs,
         arrival_interval_s=args.arrival_interval_s,
         policies=policies,
         seeds=seeds,
         tpch_path=str(args.tpch_file),
+        workflows=workflows,
     )
     try:
         rows = evaluate_dag(spec, workers=args.workers)
-    except UnknownHeuristicError as exc:
+    except (UnknownHeuristicError, WorkflowFileError) as exc:
         print(f"kairos evaluate: error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     if args.json is not None:
