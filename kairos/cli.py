@@ -4,6 +4,7 @@
 * ``evaluate`` -> :mod:`sim.cli` (the trace-driven simulator), with the ONNX policy loader of
   :mod:`kairos.policy_loader` registered so ``--policies`` accepts model names
 * ``train`` -> :mod:`training.cli` (needs the ``train`` extra)
+* ``tune`` -> :mod:`kairos.tune` (site tuning, :mod:`app.tuning.procedure`; needs no torch)
 
 Each module exposes ``main(argv: list[str]) -> int``; only the chosen one is imported.
 """
@@ -21,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("app.cli", "run a decision worker reading the Redis request stream"),
     "evaluate": ("sim.cli", "replay traces in the simulator and compare policies"),
     "train": ("training.cli", "train a learned policy with PPO and export it to ONNX"),
+    "tune": ("kairos.tune", "tune the learned HPC policy on a site's history, with a guard"),
 }
 
 

@@ -18,6 +18,8 @@ dispatcher package (which may import both), provides that loader:
   model but an existing directory) is a **model directory**: ``policy.onnx`` + ``card.json``,
   validated as the service validates an upload (card depth, card, ONNX contract), named and
   versioned by its card; a path that is not such a directory is an error naming the path;
+* a directory whose ``card.json`` is a heuristic card (``kairos tune``'s output when a heuristic
+  won, :mod:`app.tuning.card`) is the heuristic it recommends;
 * a model that exists but is refused is an error naming the reason, not "unknown policy".
 
 :func:`register` is called by :mod:`kairos.cli` before it dispatches ``evaluate``.  Sessions are
@@ -26,10 +28,13 @@ cached per process (a forked ``--workers`` child loads its own instead of reusin
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
 
+from app.domains.hpc.heuristics import get_heuristic
+from app.domains.hpc.policy import OrderingPolicy
 from app.policy.onnx_policy import (
     CARD_FILE,
     MODEL_FILE,
@@ -39,6 +44,7 @@ from app.policy.onnx_policy import (
 )
 from app.policy.registry import PACKAGED_MODELS, PolicyRegistry, check_card_depth
 from app.settings import Settings
+from app.tuning.card import HeuristicCardError, is_heuristic_card, recommended_heuristic
 from sim.evaluate import UnknownPolicyError, register_policy_loader
 
 _lock = threading.Lock()
@@ -72,15 +78,36 @@ def is_path_spec(spec: str) -> bool:
     return spec.startswith((".", "~")) or any(sep in spec for sep in separators)
 
 
-def load_model_dir(path: Path, options: RuntimeOptions) -> OnnxPolicy:
+def _heuristic_dir(path: Path) -> OrderingPolicy | None:
+    """The heuristic that ``path``'s heuristic card recommends; ``None`` when the directory
+    holds no heuristic card (an unreadable card is left for the model checks to refuse)."""
+    try:
+        card = json.loads((path / CARD_FILE).read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(card, dict) or not is_heuristic_card(card):
+        return None
+    try:
+        return get_heuristic(recommended_heuristic(card))
+    except HeuristicCardError as exc:
+        raise UnknownPolicyError(
+            f"policy {str(path)!r}: the heuristic card in {path}: {exc}"
+        ) from exc
+
+
+def load_model_dir(path: Path, options: RuntimeOptions) -> OnnxPolicy | OrderingPolicy:
     """The model in directory ``path`` (``policy.onnx`` + ``card.json``), validated as the
     service validates an upload and named by its card; one session per process and directory.
+    A directory with a heuristic card is the heuristic it recommends.
 
     Raises :class:`~sim.evaluate.UnknownPolicyError` naming ``path`` when it is not a model
     directory or the model is refused.
     """
     if not path.is_dir():
         raise UnknownPolicyError(f"policy {str(path)!r}: no such model directory: {path}")
+    heuristic = _heuristic_dir(path)
+    if heuristic is not None:
+        return heuristic
     missing = [f for f in (MODEL_FILE, CARD_FILE) if not (path / f).is_file()]
     if missing:
         raise UnknownPolicyError(
@@ -106,7 +133,7 @@ def load_model_dir(path: Path, options: RuntimeOptions) -> OnnxPolicy:
 
 def load_policy(
     name: str, *, models_dir: Path | None = None, settings: Settings | None = None
-) -> OnnxPolicy | None:
+) -> OnnxPolicy | OrderingPolicy | None:
     """The ONNX policy ``name`` / ``name@version`` / a model directory path names, ``None`` if
     no such model exists.
 
@@ -135,7 +162,7 @@ def load_policy(
     return entry.policy
 
 
-def onnx_policy_loader(name: str) -> OnnxPolicy | None:
+def onnx_policy_loader(name: str) -> OnnxPolicy | OrderingPolicy | None:
     """The :data:`sim.evaluate.PolicyLoader` (settings read from the environment at each call)."""
     return load_policy(name)
 
