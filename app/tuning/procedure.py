@@ -606,6 +606,17 @@ def _card(
             "hidden": list(shapes.hidden),
             "parameters": shapes.size,
         },
+        "training": {
+            "algorithm": "site tuning (app.tuning.procedure): evolution strategies (OpenAI-ES:"
+            " antithetic sampling, centred ranks, Adam) on the simulator's engine from"
+            f" {record['started_from']}, objective: log(sum of bsld / the best heuristic's) on"
+            " the site's history windows plus the mean per-window loss; chosen on the held-out"
+            " latest history behind the guard",
+            "command": record["command"],
+            "generations": record["generations"],
+        },
+        "seeds": {"training": record["seed"]},
+        "metrics": {"validation": [r for r in record["table"] if r["candidate"] == winner.name]},
         "tuning": record,
     }
 
