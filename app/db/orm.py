@@ -112,6 +112,10 @@ class DecisionRecord(Base):
     input_snapshot: Mapped[JSONDict | None] = mapped_column(JSON(none_as_null=True))
     #: The input, zlib-compressed JSON (:mod:`app.db.decision_input`, ADR 0097).
     input_blob: Mapped[bytes | None] = mapped_column(LargeBinary)
+    #: GPU domain: the running jobs the decision stops (``[job_id]``); NULL for other domains.
+    preemptions: Mapped[JSONList | None] = mapped_column(JSON, default=None)
+    #: GPU domain: running jobs' new allocations (``allocations``' shape); NULL for others.
+    resizes: Mapped[JSONList | None] = mapped_column(JSON, default=None)
 
 
 class JobRecord(TimestampMixin, Base):
@@ -134,6 +138,22 @@ class JobRecord(TimestampMixin, Base):
     start_time: Mapped[float | None] = mapped_column(Double)
     end_time: Mapped[float | None] = mapped_column(Double)
     decision_id: Mapped[str | None] = mapped_column(ForeignKey("decisions.id", ondelete="SET NULL"))
+
+
+class GpuJobServiceRecord(Base):
+    """A job's service on a gpu cluster, tracked from Kairos's own decisions (never from the
+    caller): counters advanced to ``accounted_at`` by the rounds that saw the job running (a
+    running job accrues its GPUs x seconds, and its restart delay runs down, from then on)."""
+
+    __tablename__ = "gpu_job_service"
+
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.pk", ondelete="CASCADE"), primary_key=True)
+    attained_gpu_s: Mapped[float] = mapped_column(Double)
+    executed_s: Mapped[float] = mapped_column(Double)
+    starts: Mapped[int] = mapped_column(Integer)
+    preemptions: Mapped[int] = mapped_column(Integer)
+    restart_left_s: Mapped[float] = mapped_column(Double)
+    accounted_at: Mapped[float | None] = mapped_column(Double)
 
 
 class JobEventRecord(Base):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
@@ -84,6 +84,9 @@ DECIDE_EXAMPLE: JsonDict = {
 class DecideRequest(Schema):
     model_config = ConfigDict(json_schema_extra={"examples": [DECIDE_EXAMPLE]})
 
+    domain: Literal["hpc"] = Field(
+        default="hpc", description="The snapshot's domain: `hpc` (this shape) when absent."
+    )
     now: EpochSeconds
     nodes: Annotated[list[SnapshotNode], Field(max_length=100_000)]
     running: Annotated[list[SnapshotRunning], Field(max_length=100_000)] = Field(
@@ -146,6 +149,21 @@ class DecisionRead(ReadSchema):
     explain: dict[str, Any] | None = None
     #: Present when the cluster runs a shadow policy: its choice, stored but not applied.
     shadow: ShadowRead | None = None
+    preemptions: list[str] = Field(
+        default_factory=list,
+        description=(
+            "GPU domain: running jobs this decision stops (they checkpoint and return to "
+            "pending, keeping their attained service). Empty for other domains."
+        ),
+    )
+    resizes: list[AllocationRead] = Field(
+        default_factory=list,
+        description=(
+            "GPU domain: running elastic jobs given a new allocation (each entry is the job's "
+            "whole allocation after the decision, `tasks` = GPUs per node). `allocations` start "
+            "pending jobs only. Empty for other domains."
+        ),
+    )
     stored: bool = Field(
         default=True,
         description=(

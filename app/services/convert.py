@@ -258,4 +258,6 @@ def _decision_dict(record: DecisionRecord) -> dict[str, Any]:
         "dry_run": record.dry_run,
         "explain": record.explain,
         "shadow": shadow,
+        "preemptions": record.preemptions or [],
+        "resizes": record.resizes or [],
     }

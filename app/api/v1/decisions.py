@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Request
+from pydantic import (
+    Discriminator,
+    Tag,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
 
 from app.api.deps import CtxDep, DecisionServiceDep, DecisionWriterDep, SettingsDep, TenantDep
 from app.api.errors import ERROR_RESPONSES, OVERLOADED_RESPONSE
@@ -18,10 +25,45 @@ from app.schemas.decision import (
     DecisionRead,
     ScheduleRequest,
 )
+from app.schemas.gpu import GPU_DECIDE_EXAMPLE, GpuDecideRequest
 from app.services import decisions as decision_log
-from app.services import scheduling
+from app.services import gpu_rounds, scheduling
 
 router = APIRouter(tags=["decisions"], responses=ERROR_RESPONSES)
+
+
+def _decide_domain(body: Any) -> str:
+    """The ``domain`` of a ``/v1/decide`` body (absent: ``hpc``)."""
+    if isinstance(body, dict):
+        return str(body.get("domain") or "hpc")
+    return str(getattr(body, "domain", None) or "hpc")
+
+
+def _untagged(body: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Errors name the body's fields as they are sent (``body.nodes[0]``), without the union's
+    tag that pydantic puts first in their location."""
+    try:
+        return handler(body)
+    except ValidationError as exc:
+        tag = _decide_domain(body)
+        errors: list[Any] = []
+        for e in exc.errors():
+            loc = e["loc"][1:] if e["loc"][:1] == (tag,) else e["loc"]
+            item: dict[str, Any] = {"type": e["type"], "loc": loc, "input": e["input"]}
+            if "ctx" in e:
+                item["ctx"] = e["ctx"]
+            errors.append(item)
+        raise ValidationError.from_exception_data(exc.title, errors) from None
+
+
+#: ``POST /v1/decide``'s body: one snapshot shape per domain, chosen by its ``domain`` field.
+DecideBody = Annotated[
+    Annotated[
+        Annotated[DecideRequest, Tag("hpc")] | Annotated[GpuDecideRequest, Tag("gpu")],
+        Discriminator(_decide_domain),
+    ],
+    WrapValidator(_untagged),
+]
 
 RequestId = Annotated[
     str | None,
@@ -77,7 +119,9 @@ async def schedule_cluster(
     responses=OVERLOADED_RESPONSE,
     summary="Decide on a snapshot (stateless)",
     description=(
-        "Decides on a cluster snapshot sent in the body. Nothing about any cluster changes; the "
+        "Decides on a cluster snapshot sent in the body; `domain` chooses the snapshot's shape "
+        "(absent or `hpc`: nodes, running and pending jobs; `gpu`: GPU nodes and jobs with "
+        "their attained service). Nothing about any cluster changes; the "
         "decision is stored in the decision log (with `cluster_id: null`). It needs no database "
         "to decide: while the database is unavailable the decision is still answered, with "
         "`stored: false` (not in the log; an `Idempotency-Key` is then not claimed either)."
@@ -86,8 +130,13 @@ async def schedule_cluster(
 async def decide(
     request: Request,
     body: Annotated[
-        DecideRequest,
-        Body(openapi_examples={"small": example("Two nodes, two pending jobs", DECIDE_EXAMPLE)}),
+        DecideBody,
+        Body(
+            openapi_examples={
+                "small": example("Two nodes, two pending jobs", DECIDE_EXAMPLE),
+                "gpu": example("A GPU snapshot (domain gpu)", GPU_DECIDE_EXAMPLE),
+            }
+        ),
     ],
     tenant: TenantDep,
     decisions: DecisionServiceDep,
@@ -95,6 +144,17 @@ async def decide(
     settings: SettingsDep,
     request_id: RequestId = None,
 ) -> DecisionRead:
+    store = not request.scope.get("state", {}).get(UNSTORED_DECISION, False)
+    if isinstance(body, GpuDecideRequest):
+        return await gpu_rounds.decide_snapshot(
+            tenant,
+            body,
+            decisions=decisions,
+            writer=writer,
+            settings=settings,
+            request_id=request_id,
+            store=store,
+        )
     return await scheduling.decide_snapshot(
         tenant,
         body,
@@ -102,7 +162,7 @@ async def decide(
         writer=writer,
         settings=settings,
         request_id=request_id,
-        store=not request.scope.get("state", {}).get(UNSTORED_DECISION, False),
+        store=store,
     )
 
 
