@@ -203,3 +203,47 @@ class AuditEventRecord(Base):
     action: Mapped[str] = mapped_column(String(64))
     subject: Mapped[str] = mapped_column(String(256))
     details: Mapped[JSONDict] = mapped_column(JSON)
+
+
+class TuneRecord(TimestampMixin, Base):
+    """One tuning of a cluster's policy from its own finished jobs (``POST .../tune``).
+
+    ``state``: ``queued`` -> ``running`` -> ``succeeded`` | ``failed``; a ``running`` row whose
+    ``lease_until`` (epoch seconds) has passed belongs to a replica that stopped, and is failed
+    by the next replica that looks. ``phase`` says what the result is to the cluster: ``none``
+    (nothing to serve), ``shadow`` (its cluster's shadow policy), ``primary`` (promoted),
+    ``retired`` (replaced since)."""
+
+    __tablename__ = "tunes"
+    __table_args__ = (
+        Index("ix_tunes_tenant_cluster_pk_pk", "tenant", "cluster_pk", "pk"),
+        Index("ix_tunes_state", "state"),
+    )
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    tenant: Mapped[str] = mapped_column(String(TENANT_LEN))
+    cluster_pk: Mapped[int] = mapped_column(ForeignKey("clusters.pk", ondelete="CASCADE"))
+    cluster_id: Mapped[str] = mapped_column(String(ID_LEN))
+    state: Mapped[str] = mapped_column(String(16))
+    phase: Mapped[str] = mapped_column(String(16), default="none")
+    #: the request (backfill, time budget, seed, ...) with defaults filled in
+    params: Mapped[JSONDict] = mapped_column(JSON)
+    #: the cluster's primary policy when the tune was asked for
+    baseline_policy: Mapped[str] = mapped_column(String(POLICY_LEN))
+    #: finished jobs in the history the procedure ran on
+    history_jobs: Mapped[int | None] = mapped_column(Integer)
+    #: the latest progress report of the procedure (``{"stage", "fraction", ...}``)
+    progress: Mapped[JSONDict | None] = mapped_column(JSON)
+    #: the procedure's result: winner, kind, validation table, card
+    result: Mapped[JSONDict | None] = mapped_column(JSON)
+    #: what the result serves as: the registered tenant policy (``name@version``) or the
+    #: recommended heuristic; None until it succeeds
+    policy: Mapped[str | None] = mapped_column(String(POLICY_LEN))
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error: Mapped[str | None] = mapped_column(Text)
+    #: the replica running it, and until when its claim holds unless renewed
+    owner: Mapped[str | None] = mapped_column(String(128))
+    lease_until: Mapped[float | None] = mapped_column(Double)
+    started_at: Mapped[float | None] = mapped_column(Double)
+    finished_at: Mapped[float | None] = mapped_column(Double)

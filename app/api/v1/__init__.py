@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends
 
 from app.api.deps import get_tenant
 from app.api.v1 import audit, clusters, decisions, jobs, k8s, policies
+from app.api.v1 import tunes as tunes
 
 api_router = APIRouter(prefix="/v1", dependencies=[Depends(get_tenant)])
 api_router.include_router(clusters.router)
@@ -15,3 +16,4 @@ api_router.include_router(decisions.router)
 api_router.include_router(policies.router)
 api_router.include_router(k8s.router)
 api_router.include_router(audit.router)
+api_router.include_router(tunes.router)
