@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from app.background import running
+from app.policy.gpu_onnx import GpuOnnxModel, is_gpu_card, load_gpu_model
 from app.policy.onnx_policy import (
     CARD_FILE,
     MODEL_FILE,
@@ -156,10 +157,13 @@ class ModelEntry:
     card: dict[str, Any] | None = field(default=None)
     #: :func:`owner_of` of the tenant whose upload this is; ``""``: a shipped model
     owner: str = ""
+    #: the model of a ``"domain": "gpu"`` card (:mod:`app.policy.gpu_onnx`); ``policy`` is then
+    #: ``None`` (it decides GPU clusters only) and ``message`` says so
+    gpu: GpuOnnxModel | None = None
 
     @property
     def loaded(self) -> bool:
-        return self.policy is not None
+        return self.policy is not None or self.gpu is not None
 
     @property
     def spec(self) -> str:
@@ -327,6 +331,8 @@ class PolicyRegistry:
         model_path = directory / MODEL_FILE
         sha = file_sha256(model_path) if model_path.is_file() else None
         card = _read_card(directory / CARD_FILE)
+        if card is not None and is_gpu_card(card):
+            return self._load_gpu(owner, name, version, directory, card, sha)
         try:
             policy = OnnxPolicy.load(directory, options=self.options)
         except PolicyRefusedError as exc:
@@ -334,6 +340,44 @@ class PolicyRegistry:
                 name, version, directory, None, exc.reason, exc.message, sha, card, owner
             )
         return ModelEntry(name, version, directory, policy, None, None, policy.sha256, card, owner)
+
+    def _load_gpu(
+        self,
+        owner: str,
+        name: str,
+        version: str,
+        directory: Path,
+        card: dict[str, Any],
+        sha: str | None,
+    ) -> ModelEntry:
+        if sha is None:
+            missing = f"{directory} lacks {MODEL_FILE}"
+            return ModelEntry(
+                name,
+                version,
+                directory,
+                None,
+                RefusalReason.MODEL_MISSING,
+                missing,
+                None,
+                card,
+                owner,
+            )
+        try:
+            gpu = load_gpu_model(
+                (directory / MODEL_FILE).read_bytes(),
+                (directory / CARD_FILE).read_bytes(),
+                options=self.options,
+                path=directory,
+            )
+        except PolicyRefusedError as exc:
+            return ModelEntry(
+                name, version, directory, None, exc.reason, exc.message, sha, card, owner
+            )
+        note = "a gpu-domain model: it decides GPU clusters only"
+        return ModelEntry(
+            name, version, directory, None, None, note, gpu.sha256, card, owner, gpu=gpu
+        )
 
     def discover(self) -> list[ModelEntry]:
         """(Re)scan ``packaged`` and ``models_dir``; returns every entry, loaded or refused."""

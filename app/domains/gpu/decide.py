@@ -5,6 +5,10 @@ Pure and deterministic.  Invariants of every decision (checked by
 its GPUs or none (rigid: exactly ``g``; elastic: ``min..max``); only running jobs are preempted
 or resized; only pending jobs get new allocations; only ``up`` nodes receive new work.
 
+``policy`` is a heuristic of the library or a learned
+:class:`~app.domains.gpu.learned.ScoredPolicy`: both go through the same admission walk, the
+learned one in its scores' order.
+
 Admission counts GPUs (a job fits iff its size <= GPUs not yet claimed in this round), then
 places the admitted pending jobs, in admission order, on the GPUs the kept jobs leave free;
 both placements span nodes when they must, so every admitted job is placed.
@@ -17,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.domains.gpu.heuristics import GpuConfig, GpuHeuristic, Mode, Placement
+from app.domains.gpu.learned import ScoredPolicy
 from app.domains.gpu.types import (
     Allocation,
     ClusterSnapshot,
@@ -125,8 +130,33 @@ def _fit_size(job: GpuJob, left: int) -> int:
     return size if size >= job.min_gpus else 0
 
 
+def _learned_order(
+    r: _Round,
+    h: ScoredPolicy,
+    admitted: list[tuple[GpuJob, int]],
+    waiting: list[GpuJob],
+    reasons: dict[str, str],
+) -> tuple[list[GpuJob], int]:
+    """The learned policy's walk order and the GPUs its pinned jobs claim: running jobs
+    beyond its window keep their GPUs; pending ones beyond it, and rows it masks, wait."""
+    ranking = h.rank(r.state)
+    claimed = 0
+    for j in ranking.overflow:
+        if j.running:
+            admitted.append((j, j.gpus))
+            claimed += r.up_gpus(j)
+            reasons[j.id] = f"kept: beyond the {h.window} candidates {h.name} orders"
+        else:
+            waiting.append(j)
+            reasons[j.id] = f"waiting: beyond the {h.window} candidates {h.name} orders"
+    for j in ranking.masked:
+        waiting.append(j)
+        reasons[j.id] = f"waiting: needs {j.demand} GPUs, more than the up nodes have"
+    return list(ranking.order), claimed
+
+
 def _admit_greedy(
-    r: _Round, h: GpuHeuristic
+    r: _Round, h: GpuHeuristic | ScoredPolicy
 ) -> tuple[list[tuple[GpuJob, int]], list[GpuJob], list[GpuJob], dict[str, str]]:
     """(admitted with sizes in admission order, preempted, waiting, reasons)."""
     jobs = list(r.state.jobs)
@@ -135,17 +165,21 @@ def _admit_greedy(
     preempted: list[GpuJob] = []
     waiting: list[GpuJob] = []
     reasons: dict[str, str] = {}
-    if not h.preemptive:
+    if isinstance(h, ScoredPolicy):
+        order, claimed = _learned_order(r, h, admitted, waiting, reasons)
+        left -= claimed
+    elif not h.preemptive:
         for j in jobs:
             if j.running:
                 admitted.append((j, j.gpus))
                 left -= r.up_gpus(j)
                 reasons[j.id] = "kept: running jobs keep their GPUs under " + h.name
-    candidates = jobs if h.preemptive else [j for j in jobs if not j.running]
+    if not isinstance(h, ScoredPolicy):
+        candidates = jobs if h.preemptive else [j for j in jobs if not j.running]
+        order = _order(candidates, h, r.config) if h.mode is not Mode.DRF else list(candidates)
     shares: dict[str, int] = {}
     total = max(1, sum(r.capacity))
     blocked = False
-    order = _order(candidates, h, r.config) if h.mode is not Mode.DRF else list(candidates)
     while order:
         if h.mode is Mode.DRF:
             order.sort(key=lambda j: (shares.get(j.tenant, 0) / total, j.arrival, j.id))
@@ -234,9 +268,10 @@ def _admit_optimus(
 
 
 def decide(
-    state: ClusterSnapshot, policy: GpuHeuristic, config: GpuConfig | None = None
+    state: ClusterSnapshot, policy: GpuHeuristic | ScoredPolicy, config: GpuConfig | None = None
 ) -> GpuDecision:
-    """One round of ``policy`` on ``state`` (validated first)."""
+    """One round of ``policy`` (a heuristic or a learned scorer) on ``state`` (validated
+    first)."""
     validate_snapshot(state)
     cfg = config or GpuConfig()
     r = _Round.of(state, cfg)

@@ -38,6 +38,7 @@ from app.domains.gpu.heuristics import (
     Placement,
     get_heuristic,
 )
+from app.domains.gpu.learned import ScoredPolicy
 from app.domains.gpu.metrics import RunResult
 from app.domains.gpu.pollux import Application
 from app.domains.gpu.types import ClusterSnapshot, GpuDecision, GpuJob, gpu_node
@@ -45,8 +46,10 @@ from app.domains.gpu.types import Placement as NodePlacement
 
 __all__ = [
     "COMPAT_POLICIES",
+    "EventConfig",
     "Semantics",
     "SimJob",
+    "event_config",
     "simulate",
     "simulate_events",
     "simulate_pollux",
@@ -161,7 +164,11 @@ def _snapshot(now: float, cfg: EventConfig, live: Sequence[_Live]) -> ClusterSna
 
 
 def simulate_events(
-    jobs: Sequence[SimJob], policy: GpuHeuristic, cfg: EventConfig, *, max_events: int = 10**8
+    jobs: Sequence[SimJob],
+    policy: GpuHeuristic | ScoredPolicy,
+    cfg: EventConfig,
+    *,
+    max_events: int = 10**8,
 ) -> RunResult:
     """``philly-rigid`` / ``kairos``: every job must carry ``duration_s``."""
     for j in jobs:
@@ -258,7 +265,7 @@ def _placements_of(alloc: Sequence[int]) -> tuple[NodePlacement, ...]:
 class _DecidePolicy:
     """A library heuristic on the fixed-step cluster (section 3.6): a snapshot per step."""
 
-    policy: GpuHeuristic
+    policy: GpuHeuristic | ScoredPolicy
     config: GpuConfig
     nodes: int
     gpus_per_node: int
@@ -299,16 +306,16 @@ class _DecidePolicy:
 def simulate_pollux(
     rows: Sequence[SimJob],
     apps: Mapping[str, Application],
-    policy: str,
+    policy: str | ScoredPolicy,
     *,
     nodes: int = 16,
     gpus_per_node: int = 4,
     interval: int = 60,
     restart_s: int = 30,
 ) -> RunResult:
-    """``pollux-compat``: ``policy`` is ``tiresias``/``optimus`` (the artifact's) or a library
-    heuristic name."""
-    name = COMPAT_ALIASES.get(policy, policy)
+    """``pollux-compat``: ``policy`` is ``tiresias``/``optimus`` (the artifact's), a library
+    heuristic name or a learned policy."""
+    name = COMPAT_ALIASES.get(policy, policy) if isinstance(policy, str) else ""
     jobs = make_jobs(
         [(r.id, int(r.arrival), str(r.app), r.min_gpus, int(r.batch_size or 0)) for r in rows],
         apps,
@@ -325,7 +332,8 @@ def simulate_pollux(
                 [r.min_gpus * _oracle_remaining_s(j) for r, j in zip(rows, jobs, strict=True)]
             ),
         )
-        pol = _DecidePolicy(get_heuristic(name), cfg, nodes, gpus_per_node)
+        h = get_heuristic(name) if isinstance(policy, str) else policy
+        pol = _DecidePolicy(h, cfg, nodes, gpus_per_node)
     cluster = PolluxCluster(
         jobs,
         pol,  # type: ignore[arg-type]
@@ -347,35 +355,46 @@ def simulate_pollux(
     )
 
 
+def event_config(
+    semantics: Semantics,
+    nodes: int,
+    gpus_per_node: int,
+    gittins: GittinsTable | None = None,
+) -> EventConfig:
+    """The event semantics' knobs (``philly-rigid``: no locality penalty; ``kairos``: 0.1)."""
+    if semantics is Semantics.POLLUX_COMPAT:
+        raise ValueError("pollux-compat is a fixed-step semantics, not an event one")
+    dc = GpuConfig(las_thresholds=(3250.0, 7200.0), gittins=gittins)
+    lam = 0.1 if semantics is Semantics.KAIROS else 0.0
+    return EventConfig(
+        nodes=nodes, gpus_per_node=gpus_per_node, locality_lambda=lam, decide_config=dc
+    )
+
+
 def simulate(
     rows: Sequence[SimJob],
-    policy: str,
+    policy: str | ScoredPolicy,
     semantics: Semantics,
     *,
     nodes: int | None = None,
     gpus_per_node: int | None = None,
     apps: Mapping[str, Application] | None = None,
 ) -> RunResult:
-    """One policy on one workload under ``semantics``."""
+    """One policy (a heuristic's name or a learned policy) on one workload under
+    ``semantics``."""
     if semantics is Semantics.POLLUX_COMPAT:
         if apps is None:
             raise ValueError("pollux-compat needs the application tables")
         return simulate_pollux(
             rows, apps, policy, nodes=nodes or 16, gpus_per_node=gpus_per_node or 4
         )
-    if policy in COMPAT_ALIASES or policy in COMPAT_POLICIES:
+    if isinstance(policy, str) and (policy in COMPAT_ALIASES or policy in COMPAT_POLICIES):
         raise ValueError(f"{policy!r} is the Pollux artifact's policy: pollux-compat only")
-    h = get_heuristic(policy)
+    h = get_heuristic(policy) if isinstance(policy, str) else policy
     n, g = nodes or 8, gpus_per_node or 8
     rows = [r if r.estimate_s is not None else _with_estimate(r) for r in rows]
     gittins = GittinsTable.of([r.min_gpus * float(r.duration_s or 0.0) for r in rows])
-    if semantics is Semantics.PHILLY_RIGID:
-        dc = GpuConfig(las_thresholds=(3250.0, 7200.0), gittins=gittins)
-        cfg = EventConfig(nodes=n, gpus_per_node=g, decide_config=dc)
-    else:
-        dc = GpuConfig(las_thresholds=(3250.0, 7200.0), gittins=gittins)
-        cfg = EventConfig(nodes=n, gpus_per_node=g, locality_lambda=0.1, decide_config=dc)
-    return simulate_events(rows, h, cfg)
+    return simulate_events(rows, h, event_config(semantics, n, g, gittins))
 
 
 def _with_estimate(r: SimJob) -> SimJob:
