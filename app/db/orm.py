@@ -205,6 +205,58 @@ class AuditEventRecord(Base):
     details: Mapped[JSONDict] = mapped_column(JSON)
 
 
+class DagRecord(TimestampMixin, Base):
+    """A DAG job of a ``dag`` cluster (``POST /v1/clusters/{id}/dags``); each of its stages is a
+    :class:`DagStageRecord` and a :class:`JobRecord` ``"{dag_id}:{stage_id}"``."""
+
+    __tablename__ = "dags"
+    __table_args__ = (
+        UniqueConstraint("cluster_pk", "id"),
+        Index("ix_dags_cluster_pk_state_pk", "cluster_pk", "state", "pk"),
+    )
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster_pk: Mapped[int] = mapped_column(ForeignKey("clusters.pk", ondelete="CASCADE"))
+    id: Mapped[str] = mapped_column(String(ID_LEN))
+    #: The DagSpec as accepted (defaults filled in, submit_time resolved).
+    spec: Mapped[JSONDict] = mapped_column(JSON)
+    #: sha256 of the spec as the client sent it: same id + same hash is an idempotent resubmit.
+    spec_hash: Mapped[str] = mapped_column(String(64))
+    #: pending (no task launched), running, finished, cancelled, failed
+    state: Mapped[str] = mapped_column(String(16))
+    submit_time: Mapped[float] = mapped_column(Double)
+    start_time: Mapped[float | None] = mapped_column(Double)
+    end_time: Mapped[float | None] = mapped_column(Double)
+    #: When a stage of the DAG last returned slots to the pool and no round has run since: the
+    #: next round's source job (Decima's trigger); cleared by every applied round.
+    released_at: Mapped[float | None] = mapped_column(Double)
+
+
+class DagStageRecord(Base):
+    """Progress of one stage. Invariants (kept under the cluster lock):
+    ``0 <= finished <= launched <= tasks`` and ``running == launched - finished`` (every running
+    slot holds one launched, unfinished task); the stage job's ``placements`` hold ``running``
+    slots in all."""
+
+    __tablename__ = "dag_stages"
+    __table_args__ = (UniqueConstraint("dag_pk", "stage_id"),)
+
+    pk: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dag_pk: Mapped[int] = mapped_column(ForeignKey("dags.pk", ondelete="CASCADE"), index=True)
+    job_pk: Mapped[int] = mapped_column(ForeignKey("jobs.pk", ondelete="CASCADE"), unique=True)
+    stage_id: Mapped[str] = mapped_column(String(ID_LEN))
+    #: the stage's index in the DagSpec
+    position: Mapped[int] = mapped_column(Integer)
+    launched: Mapped[int] = mapped_column(Integer, default=0)
+    finished: Mapped[int] = mapped_column(Integer, default=0)
+    #: slots holding a task of this stage
+    running: Mapped[int] = mapped_column(Integer, default=0)
+    #: slots the last applied round reserved for the stage (parents saturated, not finished)
+    reserved: Mapped[int] = mapped_column(Integer, default=0)
+    #: the policy's executor cap for the DAG at the stage's last grant or reservation
+    parallelism_limit: Mapped[int | None] = mapped_column(Integer)
+
+
 class TuneRecord(TimestampMixin, Base):
     """One tuning of a cluster's policy from its own finished jobs (``POST .../tune``).
 

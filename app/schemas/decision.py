@@ -29,6 +29,15 @@ DEADLINE_DESCRIPTION = (
 )
 
 
+class RoundTrigger(Schema):
+    """What caused a round on a dag cluster (spec 7.3): after ``stage_released`` the DAG of
+    ``job_id`` (``"{dag_id}:{stage_id}"`` or a DAG id) is the round's source job and keeps its
+    freed slots first."""
+
+    type: Literal["stage_released", "dag_arrived", "slots_added", "periodic"]
+    job_id: Id | None = None
+
+
 class ScheduleRequest(Schema):
     model_config = ConfigDict(json_schema_extra={"examples": [{"dry_run": False, "explain": True}]})
 
@@ -38,6 +47,13 @@ class ScheduleRequest(Schema):
     explain: bool = False
     #: Time the primary policy may take before the fallback decides (default from settings).
     deadline_ms: DeadlineMs | None = Field(default=None, description=DEADLINE_DESCRIPTION)
+    trigger: RoundTrigger | None = Field(
+        default=None,
+        description=(
+            "dag clusters: the event that caused the round (default: the DAG whose stage last "
+            "returned slots, if any). Other domains ignore it."
+        ),
+    )
 
 
 class PlacementIn(Schema):
@@ -122,11 +138,24 @@ class PlacementRead(ReadSchema):
 class AllocationRead(ReadSchema):
     job_id: str
     placements: list[PlacementRead]
+    parallelism_limit: int | None = Field(
+        default=None,
+        description=(
+            "dag clusters: the policy's cap on the slots of the stage's DAG (Decima's "
+            "parallelism limit); `placements[].tasks` are the slots granted now. Absent elsewhere."
+        ),
+    )
 
 
 class ReservationRead(ReadSchema):
     job_id: str
-    start_at: float
+    start_at: float | None = Field(
+        description="When the job is expected to start; null for a dag stage's commitment."
+    )
+    slots: int | None = Field(
+        default=None,
+        description="dag clusters: slots committed to a stage whose parents have not finished.",
+    )
 
 
 class ShadowRead(ReadSchema):

@@ -29,9 +29,12 @@ from app.services.convert import (
     spec_hash,
     stored_spec,
 )
+from app.services.dags import DAG_DOMAIN, record_stage_event
 from app.services.dependencies import cycle_error, find_cycle, unknown_dependencies
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError, not_found
 from app.services.fit import FitLimits
+from app.services.gpu_jobs import check_specs as check_domain_specs
+from app.services.gpu_jobs import with_service
 from app.services.paging import cursor_arg
 
 #: event type -> states it may be applied to -> resulting state
@@ -158,7 +161,14 @@ async def submit_jobs(
     with another spec the whole call is a 409.
     """
     cluster = await require_cluster(ctx, cluster_id)
+    if cluster.domain == DAG_DOMAIN:
+        raise ConflictError(
+            f"cluster {cluster.id!r} is a dag cluster: submit DAGs of stages with POST "
+            f"/v1/clusters/{cluster.id}/dags (each stage is then a job)",
+            code="dag_cluster",
+        )
     _check_specs(cluster, specs, prefix)
+    await check_domain_specs(ctx, cluster, specs, prefix)
     hashes = [spec_hash(s) for s in specs]
     first: dict[str, int] = {}
     for i, spec in enumerate(specs):
@@ -211,7 +221,9 @@ async def submit_jobs(
             code="concurrent_submission",
         )
     limits = await _limits(ctx, cluster, by_id.values())
-    return [_read(by_id[s.id], cluster.id, limits) for s in specs], bool(created)
+    records = [by_id[s.id] for s in specs]
+    reads = [_read(r, cluster.id, limits) for r in records]
+    return await with_service(ctx, cluster, records, reads), bool(created)
 
 
 async def submit_job(ctx: Ctx, cluster_id: str, spec: JobSpec) -> tuple[JobRead, bool]:
@@ -224,7 +236,8 @@ async def get_job(ctx: Ctx, cluster_id: str, job_id: str) -> JobRead:
     record = await JobRepository(ctx.session).get(cluster.pk, job_id)
     if record is None:
         raise not_found("job", job_id)
-    return _read(record, cluster.id, await _limits(ctx, cluster, [record]))
+    read = _read(record, cluster.id, await _limits(ctx, cluster, [record]))
+    return (await with_service(ctx, cluster, [record], [read]))[0]
 
 
 async def list_jobs(
@@ -235,9 +248,9 @@ async def list_jobs(
         cluster.pk, state=state, after_pk=cursor_arg(cursor), limit=limit
     )
     limits = await _limits(ctx, cluster, page.items)
-    return Page[JobRead](
-        items=[_read(j, cluster.id, limits) for j in page.items], next_cursor=page.next_cursor
-    )
+    reads = [_read(j, cluster.id, limits) for j in page.items]
+    items = await with_service(ctx, cluster, page.items, reads)
+    return Page[JobRead](items=items, next_cursor=page.next_cursor)
 
 
 async def _limits(ctx: Ctx, cluster: ClusterRecord, jobs: Iterable[JobRecord]) -> FitLimits | None:
@@ -266,6 +279,21 @@ async def _release_nodes(ctx: Ctx, cluster: ClusterRecord, job: JobRecord) -> No
             node.allocated = release(node.allocated, placement_demand(per_task, p.tasks))
 
 
+def _check_job_event(event: JobEventCreate) -> None:
+    """``task_finished`` and the fields ``count``, ``slots``, ``node_id`` are for DAG stages."""
+    problems = [
+        ErrorItem(f"body.{name}", "only for stages of a DAG on a dag cluster", "not_allowed")
+        for name in ("count", "slots", "node_id")
+        if getattr(event, name) is not None
+    ]
+    if event.type == "task_finished":
+        problems.insert(
+            0, ErrorItem("body.type", "only for stages of a DAG on a dag cluster", "not_allowed")
+        )
+    if problems:
+        raise UnprocessableError("the event is for DAG stages only", details=problems)
+
+
 async def record_event(ctx: Ctx, cluster_id: str, job_id: str, event: JobEventCreate) -> JobRead:
     """Apply an orchestrator event. Repeating the event that put the job in its current
     terminal state is a no-op (at-least-once delivery); any other disallowed transition is 409."""
@@ -274,6 +302,9 @@ async def record_event(ctx: Ctx, cluster_id: str, job_id: str, event: JobEventCr
     job = await repo.get(cluster.pk, job_id)
     if job is None:
         raise not_found("job", job_id)
+    if cluster.domain == DAG_DOMAIN:
+        return await record_stage_event(ctx, cluster, job, event)
+    _check_job_event(event)
     allowed, target = TRANSITIONS[event.type]
     current = JobState(job.state)
     if current == target and target != JobState.PENDING:
@@ -309,6 +340,12 @@ async def cancel_job(ctx: Ctx, cluster_id: str, job_id: str) -> None:
     job = await repo.get(cluster.pk, job_id)
     if job is None:
         raise not_found("job", job_id)
+    if cluster.domain == DAG_DOMAIN:
+        raise ConflictError(
+            f"job {job_id!r} is a stage of a DAG: cancel the DAG with DELETE "
+            f"/v1/clusters/{cluster.id}/dags/{{dag_id}}",
+            code="invalid_transition",
+        )
     if job.state == JobState.CANCELLED:
         return
     if job.state != JobState.PENDING:

@@ -82,7 +82,32 @@ SAMPLE_CALLS: dict[str, Callable[[Client], object]] = {
         "c1", [{"id": "j1", "per_task": {"cpu": 1}, "walltime_s": 1.0}]
     ),
     "jobs.retrieve": lambda c: c.jobs.retrieve("c1", "j1"),
-    "jobs.send_event": lambda c: c.jobs.send_event("c1", "j1", type="finished", at=2.0),
+    "jobs.send_event": lambda c: c.jobs.send_event(
+        "c1", "j1", type="task_finished", at=2.0, count=2, slots=1, node_id="n1"
+    ),
+    "dags.submit": lambda c: c.dags.submit(
+        "c1",
+        id="d1",
+        stages=[
+            {
+                "id": "s1",
+                "tasks": 2,
+                "per_task": {"cpu": 1},
+                "task_duration_s": 1.0,
+                "depends_on": [],
+                "max_parallelism": 1,
+                "profile": {"10": {"first_wave": [1.0], "rest_wave": [1.0], "fresh": [1.0]}},
+            }
+        ],
+        submit_time=1.0,
+        priority=1,
+        user="u",
+        queue="q",
+        labels={"a": "b"},
+    ),
+    "dags.retrieve": lambda c: c.dags.retrieve("c1", "d1"),
+    "dags.list": lambda c: c.dags.list("c1", state="running", limit=5),
+    "dags.cancel": lambda c: c.dags.cancel("c1", "d1"),
     "jobs.cancel": lambda c: c.jobs.cancel("c1", "j1"),
     "jobs.list": lambda c: c.jobs.list("c1", state="pending", limit=5),
     "decisions.retrieve": lambda c: c.decisions.retrieve("d1"),
@@ -116,6 +141,7 @@ SAMPLE_CALLS: dict[str, Callable[[Client], object]] = {
 NESTED_PARAMS: list[tuple[str, tuple[str, ...], type[Any]]] = [
     ("nodes.upsert_many", ("nodes", "[]"), kairos_client.types.NodeParam),
     ("jobs.submit_many", ("jobs", "[]"), kairos_client.types.JobSpecParam),
+    ("dags.submit", ("stages", "[]"), kairos_client.types.StageSpecParam),
     ("decide", ("nodes", "[]"), kairos_client.types.SnapshotNodeParam),
     ("decide", ("pending", "[]"), kairos_client.types.JobSpecParam),
     ("decide", ("running", "[]"), kairos_client.types.RunningJobParam),

@@ -30,12 +30,14 @@ from kairos_client._types import (
 from kairos_client.resources import (
     AsyncAudit,
     AsyncClusters,
+    AsyncDags,
     AsyncDecisions,
     AsyncJobs,
     AsyncNodes,
     AsyncPolicies,
     Audit,
     Clusters,
+    Dags,
     Decisions,
     Jobs,
     Nodes,
@@ -139,6 +141,10 @@ class Client(SyncAPIClient):
     @cached_property
     def jobs(self) -> Jobs:
         return Jobs(self)
+
+    @cached_property
+    def dags(self) -> Dags:
+        return Dags(self)
 
     @cached_property
     def decisions(self) -> Decisions:
@@ -279,6 +285,10 @@ class AsyncClient(AsyncAPIClient):
     @cached_property
     def jobs(self) -> AsyncJobs:
         return AsyncJobs(self)
+
+    @cached_property
+    def dags(self) -> AsyncDags:
+        return AsyncDags(self)
 
     @cached_property
     def decisions(self) -> AsyncDecisions:

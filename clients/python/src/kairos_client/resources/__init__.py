@@ -1,5 +1,6 @@
 from kairos_client.resources.audit import AsyncAudit, Audit
 from kairos_client.resources.clusters import AsyncClusters, Clusters
+from kairos_client.resources.dags import AsyncDags, Dags
 from kairos_client.resources.decisions import AsyncDecisions, Decisions
 from kairos_client.resources.jobs import AsyncJobs, Jobs
 from kairos_client.resources.nodes import AsyncNodes, Nodes
@@ -8,12 +9,14 @@ from kairos_client.resources.policies import AsyncPolicies, Policies
 __all__ = [
     "AsyncAudit",
     "AsyncClusters",
+    "AsyncDags",
     "AsyncDecisions",
     "AsyncJobs",
     "AsyncNodes",
     "AsyncPolicies",
     "Audit",
     "Clusters",
+    "Dags",
     "Decisions",
     "Jobs",
     "Nodes",

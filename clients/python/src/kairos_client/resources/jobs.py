@@ -52,13 +52,17 @@ def _event(
     *,
     type: JobEventType,
     at: float | NotGiven,
+    count: int | NotGiven,
+    slots: int | NotGiven,
+    node_id: str | NotGiven,
     timeout: Timeout | NotGiven,
     idempotency_key: str | NotGiven,
 ) -> RequestOptions:
+    body = {"type": type, "at": at, "count": count, "slots": slots, "node_id": node_id}
     return RequestOptions(
         "POST",
         path("/v1/clusters/{}/jobs/{}/events", cluster_id, job_id),
-        json=strip_not_given({"type": type, "at": at}),
+        json=strip_not_given(body),
         timeout=timeout,
         idempotency_key=idempotency_key,
     )
@@ -159,15 +163,25 @@ class Jobs(SyncAPIResource):
         *,
         type: JobEventType,
         at: float | NotGiven = NOT_GIVEN,
+        count: int | NotGiven = NOT_GIVEN,
+        slots: int | NotGiven = NOT_GIVEN,
+        node_id: str | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,
     ) -> Job:
-        """Report ``finished``/``failed``/``cancelled``, or ``released`` (back to pending)."""
+        """Report ``finished``/``failed``/``cancelled``, or ``released`` (back to pending).
+
+        A DAG stage's job takes ``task_finished`` (``count`` tasks, default 1) and
+        ``released`` (``slots`` returned unused, default all), optionally on ``node_id``.
+        """
         options = _event(
             cluster_id,
             job_id,
             type=type,
             at=at,
+            count=count,
+            slots=slots,
+            node_id=node_id,
             timeout=timeout,
             idempotency_key=idempotency_key,
         )
@@ -264,15 +278,25 @@ class AsyncJobs(AsyncAPIResource):
         *,
         type: JobEventType,
         at: float | NotGiven = NOT_GIVEN,
+        count: int | NotGiven = NOT_GIVEN,
+        slots: int | NotGiven = NOT_GIVEN,
+        node_id: str | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,
     ) -> Job:
-        """Report ``finished``/``failed``/``cancelled``, or ``released`` (back to pending)."""
+        """Report ``finished``/``failed``/``cancelled``, or ``released`` (back to pending).
+
+        A DAG stage's job takes ``task_finished`` (``count`` tasks, default 1) and
+        ``released`` (``slots`` returned unused, default all), optionally on ``node_id``.
+        """
         options = _event(
             cluster_id,
             job_id,
             type=type,
             at=at,
+            count=count,
+            slots=slots,
+            node_id=node_id,
             timeout=timeout,
             idempotency_key=idempotency_key,
         )

@@ -2,6 +2,7 @@
 
 from kairos_client.types.audit import AuditEvent
 from kairos_client.types.cluster import Cluster
+from kairos_client.types.dag import Dag, DagStage, DagState, StageSpecParam
 from kairos_client.types.decision import (
     Allocation,
     Decision,
@@ -28,6 +29,9 @@ __all__ = [
     "Allocation",
     "AuditEvent",
     "Cluster",
+    "Dag",
+    "DagStage",
+    "DagState",
     "Decision",
     "DecisionDetail",
     "Fallback",
@@ -48,4 +52,5 @@ __all__ = [
     "ShadowPolicyStats",
     "ShadowReport",
     "SnapshotNodeParam",
+    "StageSpecParam",
 ]

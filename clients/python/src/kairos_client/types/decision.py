@@ -29,13 +29,17 @@ class Allocation(BaseModel):
 
     job_id: str
     placements: list[Placement]
+    parallelism_limit: int | None = None
+    """dag clusters: the policy's cap on the slots of the stage's DAG."""
 
 
 class Reservation(BaseModel):
-    """A backfill reservation: ``job_id`` is guaranteed to start no later than ``start_at``."""
+    """A backfill reservation: ``job_id`` is guaranteed to start no later than ``start_at``;
+    on dag clusters ``slots`` committed to a stage whose parents run (``start_at`` null)."""
 
     job_id: str
-    start_at: float
+    start_at: float | None = None
+    slots: int | None = None
 
 
 class Shadow(BaseModel):

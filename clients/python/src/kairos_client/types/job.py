@@ -8,7 +8,7 @@ from kairos_client._models import BaseModel
 from kairos_client.types.shared import Placement
 
 JobState: TypeAlias = Literal["pending", "running", "finished", "failed", "cancelled"]
-JobEventType: TypeAlias = Literal["finished", "failed", "released", "cancelled"]
+JobEventType: TypeAlias = Literal["finished", "failed", "released", "cancelled", "task_finished"]
 
 
 class JobWarning(BaseModel):

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal, Required, TypeAlias
+
+from pydantic import Field
+
+# typing_extensions.TypedDict so pydantic can validate these on Python 3.11 too.
+from typing_extensions import TypedDict
+
+from kairos_client._models import BaseModel
+from kairos_client.types.shared import Placement
+
+DagState: TypeAlias = Literal["pending", "running", "finished", "cancelled", "failed"]
+StageState: TypeAlias = Literal["pending", "running", "finished", "cancelled", "failed"]
+
+
+class StageProfileParam(TypedDict, total=False):
+    """Decima's duration record for one executor count (seconds; simulator use only)."""
+
+    first_wave: Sequence[float]
+    rest_wave: Sequence[float]
+    fresh: Sequence[float]
+
+
+class StageSpecParam(TypedDict, total=False):
+    """One stage of a DAG: ``tasks`` independent tasks of ``per_task`` each (ids without ``:``)."""
+
+    id: Required[str]
+    tasks: Required[int]
+    per_task: Required[Mapping[str, float]]
+    task_duration_s: Required[float]
+    depends_on: Sequence[str]
+    max_parallelism: int
+    profile: Mapping[str, StageProfileParam]
+
+
+class DagStage(BaseModel):
+    """A stage's progress; the stage is also the job ``job_id`` (``{dag_id}:{stage_id}``)."""
+
+    id: str
+    job_id: str
+    state: StageState
+    runnable: bool = False
+    tasks: int
+    launched: int = 0
+    finished: int = 0
+    running_slots: int = 0
+    unlaunched: int = 0
+    per_task: dict[str, float]
+    task_duration_s: float
+    depends_on: list[str] = Field(default_factory=list[str])
+    max_parallelism: int | None = None
+    parallelism_limit: int | None = None
+    reserved_slots: int = 0
+    placements: list[Placement] = Field(default_factory=list[Placement])
+    """Executor slots held, per node (``tasks`` = slots)."""
+    start_time: float | None = None
+    end_time: float | None = None
+
+
+class Dag(BaseModel):
+    """A DAG job of a dag cluster with its stages' progress; ``jct_s`` once finished."""
+
+    id: str
+    cluster_id: str
+    state: DagState
+    submit_time: float
+    start_time: float | None = None
+    end_time: float | None = None
+    jct_s: float | None = None
+    priority: int = 0
+    user: str | None = None
+    queue: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict[str, str])
+    tasks: int
+    finished_tasks: int = 0
+    running_slots: int = 0
+    stages: list[DagStage] = Field(default_factory=list[DagStage])
