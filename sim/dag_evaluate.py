@@ -228,7 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="WfCommons instances (WfFormat 1.5/1.6 JSON), each one DAG job of one-task stages",
     )
-    p.add_argument("--jobs", type=int, default=50, help="jobs per episode (default 50)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=50,
+        help="TPC-H jobs per episode (default 50); with --workflows each file is one job",
+    )
     p.add_argument(
         "--arrival-interval-s",
         type=float,
