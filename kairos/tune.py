@@ -57,10 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
 def format_table(rows: Sequence[ValidationRow]) -> str:
     """The validation table, best first."""
     width = max(len("candidate"), *(len(r.candidate) for r in rows))
-    lines = [f"{'candidate':<{width}}  {'kind':<9}  {'avg bsld':>10}  {'/ best heur':>11}"]
-    lines += [
-        f"{r.candidate:<{width}}  {r.kind:<9}  {r.avg_bsld:>10.3f}  {r.ratio:>11.3f}" for r in rows
-    ]
+    head = f"{'candidate':<{width}}  {'kind':<9}  {'avg bsld':>10}  {'ratio':>7}  {'earlier':>7}"
+    lines = [f"{head}  {'score':>7}"]
+    for r in rows:
+        early = "" if r.earlier_ratio is None else f"{r.earlier_ratio:.3f}"
+        lines.append(
+            f"{r.candidate:<{width}}  {r.kind:<9}  {r.avg_bsld:>10.3f}  {r.ratio:>7.3f}  "
+            f"{early:>7}  {r.score:>7.3f}"
+        )
+    lines.append(
+        "ratio: to the best heuristic on the held-out latest history; earlier: on the history"
+        " before it; score: the larger (the guard's)"
+    )
     return "\n".join(lines)
 
 

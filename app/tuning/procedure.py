@@ -37,10 +37,15 @@ The procedure (:class:`TuneConfig` holds its constants):
    strategies (OpenAI-ES on the simulator's engine, the metric itself relative to the best
    heuristic, as ``training/es.py``; snapshots along the run) and their blends with SJF
    (:func:`~app.tuning.scorer.shrink_toward_sjf`).
-3. The guard: the winner is the candidate with the smallest average bounded slowdown over the
-   validation windows, except that a learned candidate wins only at or below ``guard_ratio``
-   times the best heuristic's; otherwise the best heuristic is the winner. A site's own recent
-   history never promotes a learned policy it says is worse than a heuristic.
+   Every candidate also runs on ``earlier_windows`` windows evenly spaced over the history
+   before the held-out part (they may overlap training windows, so they can only count against
+   a tuned model, never for it, in the guard below).
+3. The guard: a candidate's score is the larger of its two ratios to the best heuristic (on
+   the held-out latest windows, and on the earlier windows): it must hold in the latest period
+   and across the history. The best heuristic is the heuristic of the smallest score; a
+   learned candidate wins only when its score is at or below ``guard_ratio`` times that
+   heuristic's, and the learned candidate of the smallest score is then the winner. A site's
+   own history never promotes a learned policy it says is worse than a heuristic.
 """
 
 from __future__ import annotations
@@ -125,13 +130,16 @@ class TuneConfig:
     #: the latest fraction of the history held out for validation
     val_fraction: float = 0.3
     val_windows: int = 16
+    #: windows evenly spaced over the history before the held-out part (0: none); the guard
+    #: also asks a candidate to hold there, so one recent period cannot decide alone
+    earlier_windows: int = 16
     #: a learned candidate wins only at or below this times the best heuristic's validation bsld
     guard_ratio: float = 0.98
     heuristics: tuple[str, ...] = tuple(HEURISTIC_CLASSES)
     #: SJF blends of each learned candidate (1.0 is the candidate itself)
-    blends: tuple[float, ...] = (0.5, 0.75)
+    blends: tuple[float, ...] = (0.5,)
     #: tuned snapshots validated (evenly spaced over the generations run, the last included)
-    snapshots: int = 3
+    snapshots: int = 2
     pairs: int = 8
     windows_per_generation: int = 4
     sigma: float = 0.04
@@ -149,6 +157,10 @@ class ValidationRow:
     avg_bsld: float
     #: ``avg_bsld`` over the best heuristic's
     ratio: float
+    #: the same ratio on the earlier history's windows (``None`` without them)
+    earlier_ratio: float | None = None
+    #: what the guard compares: the larger of the two ratios
+    score: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +182,8 @@ class Split:
     val_first: int
     train_starts: npt.NDArray[np.int64]
     val_starts: tuple[int, ...]
+    #: windows over the history before ``val_first`` (they may overlap training windows)
+    early_starts: tuple[int, ...] = ()
 
 
 def history_trace(jobs: Sequence[HistoryJob], machine: Machine, name: str = "history") -> SwfTrace:
@@ -233,7 +247,9 @@ def split_history(jobs: int, config: TuneConfig) -> Split:
     count = min(config.val_windows, last - val_first + 1)
     val = sorted({round(float(s)) for s in np.linspace(val_first, last, count)})
     train = np.arange(0, val_first - length + 1, dtype=np.int64)
-    return Split(jobs, length, val_first, train, tuple(val))
+    early_count = min(config.earlier_windows, val_first - length + 1)
+    early = sorted({round(float(s)) for s in np.linspace(0, val_first - length, early_count)})
+    return Split(jobs, length, val_first, train, tuple(val), tuple(early))
 
 
 def shipped_default_dir(backfill: Backfill, settings: Settings | None = None) -> Path:
@@ -326,10 +342,15 @@ class _Candidate:
     kind: Kind
     spec: str | Theta
     values: list[float] = field(default_factory=list)
+    early: list[float] = field(default_factory=list)
 
     @property
     def mean(self) -> float:
         return float(np.mean(self.values))
+
+    @property
+    def early_mean(self) -> float:
+        return float(np.mean(self.early)) if self.early else math.nan
 
 
 @dataclass
@@ -365,13 +386,26 @@ def _blends(base: str, theta: Theta, shapes: Shapes, config: TuneConfig) -> list
 
 
 def _validate(sim: _Simulator, cands: list[_Candidate], split: Split, backfill: Backfill) -> None:
-    tasks: list[Task] = [
-        (c.spec, s, split.length, backfill.value) for c in cands for s in split.val_starts
-    ]
+    starts = [*split.val_starts, *split.early_starts]
+    tasks: list[Task] = [(c.spec, s, split.length, backfill.value) for c in cands for s in starts]
     values = sim.run(tasks)
-    w = len(split.val_starts)
+    w, v = len(starts), len(split.val_starts)
     for i, c in enumerate(cands):
-        c.values = values[i * w : (i + 1) * w]
+        c.values = values[i * w : i * w + v]
+        c.early = values[i * w + v : (i + 1) * w]
+
+
+def _rows(heur: list[_Candidate], learned: list[_Candidate]) -> list[ValidationRow]:
+    """Every candidate's ratios to the best heuristic of each window set, best score first."""
+    best = min(c.mean for c in heur)
+    best_early = min(c.early_mean for c in heur) if heur[0].early else math.nan
+    rows = []
+    for c in [*heur, *learned]:
+        ratio = c.mean / best
+        early = c.early_mean / best_early if c.early else None
+        score = ratio if early is None else max(ratio, early)
+        rows.append(ValidationRow(c.name, c.kind, c.mean, ratio, early, score))
+    return sorted(rows, key=lambda r: (r.score, r.avg_bsld, r.candidate))
 
 
 def _cost(values: Sequence[float], ref: Sequence[float], window_loss_weight: float) -> float:
@@ -516,14 +550,12 @@ def tune(
         sim.close()
     if not heur[0].values:
         raise TuneError(f"the time budget of {time_budget_s:g} s ended before any candidate")
-    best_h = min(heur, key=lambda c: c.mean)
-    best_l = min(learned, key=lambda c: c.mean) if learned else None
-    guarded = best_l is not None and best_l.mean <= conf.guard_ratio * best_h.mean
-    winner = best_l if guarded and best_l is not None else best_h
-    table = sorted(
-        (ValidationRow(c.name, c.kind, c.mean, c.mean / best_h.mean) for c in [*heur, *learned]),
-        key=lambda r: (r.avg_bsld, r.candidate),
-    )
+    table = _rows(heur, learned)
+    best_h = next(r for r in table if r.kind == "heuristic")
+    best_l = next((r for r in table if r.kind == "model"), None)
+    guarded = best_l is not None and best_l.score <= conf.guard_ratio * best_h.score
+    winner_row = best_l if guarded and best_l is not None else best_h
+    winner = next(c for c in [*heur, *learned] if c.name == winner_row.candidate)
     record: dict[str, Any] = {
         "procedure": "app.tuning.procedure.tune",
         "command": command,
@@ -533,6 +565,7 @@ def tune(
         "training_job_range": [0, split.val_first],
         "validation_job_range": [split.val_first, split.jobs],
         "validation_window_starts": list(split.val_starts),
+        "earlier_window_starts": list(split.early_starts),
         "window_length": split.length,
         "backfill": backfill.value,
         "started_from": str(start_dir),
@@ -541,9 +574,10 @@ def tune(
         "workers": workers,
         "time_budget_s": time_budget_s,
         "generations": run.generations,
-        "guard": f"a learned candidate wins only at or below {conf.guard_ratio} x the best "
-        "heuristic's mean validation bsld",
-        "best_heuristic": best_h.name,
+        "guard": "score = the larger of a candidate's ratios to the best heuristic on the "
+        "held-out latest windows and on the earlier windows; a learned candidate wins only at "
+        f"or below {conf.guard_ratio} x the best heuristic's score",
+        "best_heuristic": best_h.candidate,
         "winner": winner.name,
         "table": [asdict(r) for r in table],
         "config": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(conf).items()},

@@ -59,9 +59,12 @@ def test_validation_is_the_latest_history_and_training_ends_before_it(
     assert min(split.val_starts) == split.val_first
     assert max(split.val_starts) + length == jobs
     assert all(split.val_first <= s and s + length <= jobs for s in split.val_starts)
-    # training windows end at or before the first held-out job
+    # training windows, and the earlier windows the guard also reads, end at or before the
+    # first held-out job
     assert int(split.train_starts.max()) + length <= split.val_first
     assert int(split.train_starts.min()) == 0
+    assert split.early_starts[0] == 0
+    assert max(split.early_starts) + length == split.val_first
 
 
 @pytest.mark.parametrize("jobs", [0, 300, 511])
@@ -152,11 +155,15 @@ def test_a_model_winner_is_a_model_directory_that_evaluate_loads(
     assert any(n.startswith("tuned@") for n in names)
     policy = load_model_dir(out, RuntimeOptions())
     assert isinstance(policy, OnnxRankingPolicy)
-    # the table's ratios are to the best heuristic; with the guard open the best model wins
+    # the table's ratios are to the best heuristic of each window set, the score their larger;
+    # with the guard open the model of the best score wins
     best_h = min(r.avg_bsld for r in result.table if r.kind == "heuristic")
     models = [r for r in result.table if r.kind == "model"]
-    assert min(models, key=lambda r: r.avg_bsld).candidate == result.winner
+    assert min(models, key=lambda r: r.score).candidate == result.winner
     assert all(r.ratio == pytest.approx(r.avg_bsld / best_h) for r in result.table)
+    assert all(r.earlier_ratio is not None for r in result.table)
+    assert all(r.score == max(r.ratio, r.earlier_ratio or 0.0) for r in result.table)
+    assert min(r.earlier_ratio or 0.0 for r in result.table if r.kind == "heuristic") == 1.0
     # kairos evaluate runs the directory on jobs after the history
     register()
     spec = EvalSpec(
@@ -189,7 +196,7 @@ def test_the_guard_names_the_best_heuristic_when_no_model_beats_it_enough(
         out_dir=out,
         config=_config(guard_ratio=0.0, max_generations=1),  # no learned candidate can pass
     )
-    best = min((r for r in result.table if r.kind == "heuristic"), key=lambda r: r.avg_bsld)
+    best = min((r for r in result.table if r.kind == "heuristic"), key=lambda r: r.score)
     assert (result.kind, result.winner) == ("heuristic", best.candidate)
     assert [p.name for p in out.iterdir()] == ["card.json"]
     card = json.loads((out / "card.json").read_text())
