@@ -68,6 +68,10 @@ class ValidationRowRead(ReadSchema):
     avg_bsld: float
     #: ``avg_bsld`` over the best heuristic's
     ratio: float
+    #: the same ratio on windows of the earlier history (None: the procedure ran none)
+    earlier_ratio: float | None = None
+    #: what the procedure's own guard ranks by (None: not reported)
+    score: float | None = None
 
 
 class TuneResultRead(ReadSchema):
