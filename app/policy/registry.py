@@ -61,6 +61,7 @@ from app.policy.onnx_policy import (
     file_sha256,
     parse_card,
 )
+from app.tuning.card import HeuristicCardError, is_heuristic_card, recommended_heuristic
 
 _SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,95}")
 #: an owner directory: :func:`owner_of`'s readable form, or its hashed form
@@ -160,10 +161,13 @@ class ModelEntry:
     #: the model of a ``"domain": "gpu"`` card (:mod:`app.policy.gpu_onnx`); ``policy`` is then
     #: ``None`` (it decides GPU clusters only) and ``message`` says so
     gpu: GpuOnnxModel | None = None
+    #: the heuristic a heuristic card recommends (``kairos tune``'s output when a heuristic
+    #: won, :mod:`app.tuning.card`): the entry decides as that heuristic; ``policy`` is ``None``
+    heuristic: str | None = None
 
     @property
     def loaded(self) -> bool:
-        return self.policy is not None or self.gpu is not None
+        return self.policy is not None or self.gpu is not None or self.heuristic is not None
 
     @property
     def spec(self) -> str:
@@ -180,7 +184,7 @@ class ModelEntry:
         out: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
-            "kind": "onnx",
+            "kind": "heuristic" if self.heuristic is not None else "onnx",
             "domain": self.domain,
             "sha256": self.sha256,
             "card": self.card,
@@ -260,6 +264,21 @@ def _read_card(path: Path) -> dict[str, Any] | None:
     return raw
 
 
+def _heuristic_entry(
+    owner: str, name: str, version: str, directory: Path, card: dict[str, Any]
+) -> ModelEntry:
+    """The entry of a heuristic card: it decides as the heuristic it recommends, or is refused
+    (``invalid_card``) naming what the card lacks."""
+    try:
+        heuristic = recommended_heuristic(card)
+    except HeuristicCardError as exc:
+        reason, message = RefusalReason.INVALID_CARD, str(exc)
+        return ModelEntry(name, version, directory, None, reason, message, None, card, owner)
+    return ModelEntry(
+        name, version, directory, None, None, None, None, card, owner, heuristic=heuristic
+    )
+
+
 def _same_dir(one: Path, other: Path) -> bool:
     try:
         return one.resolve() == other.resolve()
@@ -331,6 +350,8 @@ class PolicyRegistry:
         model_path = directory / MODEL_FILE
         sha = file_sha256(model_path) if model_path.is_file() else None
         card = _read_card(directory / CARD_FILE)
+        if card is not None and is_heuristic_card(card):
+            return _heuristic_entry(owner, name, version, directory, card)
         if card is not None and is_gpu_card(card):
             return self._load_gpu(owner, name, version, directory, card, sha)
         try:

@@ -109,6 +109,8 @@ def resolve(spec: str, registry: PolicyRegistry | None) -> _Resolved:
     entry = registry.find_or_load(spec) if registry is not None else None
     if entry is None:
         return _Resolved(reason=FallbackReason.MODEL_MISSING, detail=f"no policy named {spec!r}")
+    if entry.heuristic is not None:  # a heuristic card (a tune whose winner is a heuristic)
+        return _Resolved(heuristic=get_heuristic(entry.heuristic))
     if entry.policy is None:
         reason = entry.reason.value if entry.reason is not None else "unknown"
         return _Resolved(
