@@ -3,6 +3,8 @@ cluster's policies as they were: over its time budget (stopped), its program cra
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -10,16 +12,16 @@ from app.services import tunes
 from tests.integration.api.tune_helpers import T0, Planned, audit, record, setup_cluster, wait_tune
 
 
-async def _cluster_with_history(client: httpx.AsyncClient, cid: str) -> dict[str, object]:
+async def _cluster_with_history(client: httpx.AsyncClient, cid: str) -> dict[str, Any]:
     await setup_cluster(client, cid, nodes=4, cpu=8, backfill="none")
     # sixteen jobs that all start in one round and end one after another
     jobs = [Planned(f"j{k}", T0, 60.0 + k, 1 + k % 2, 120.0, "u1") for k in range(16)]
     await record(client, cid, jobs)
-    cluster: dict[str, object] = (await client.get(f"/v1/clusters/{cid}")).json()
+    cluster: dict[str, Any] = (await client.get(f"/v1/clusters/{cid}")).json()
     return cluster
 
 
-async def _fails_with(client: httpx.AsyncClient, cid: str, code: str) -> dict[str, object]:
+async def _fails_with(client: httpx.AsyncClient, cid: str, code: str) -> dict[str, Any]:
     before = await _cluster_with_history(client, cid)
     r = await client.post(
         f"/v1/clusters/{cid}/tune", json={"window_length": 8, "time_budget_s": 30.0}

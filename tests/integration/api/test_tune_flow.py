@@ -11,6 +11,8 @@ candidate has a bounded slowdown of exactly 1.
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -32,11 +34,9 @@ pytestmark = pytest.mark.slow
 TUNE = {"time_budget_s": 4.0, "window_length": 16, "seed": 1}
 
 
-def _row(tune: dict[str, object], candidate: str) -> dict[str, object]:
-    result = tune["result"]
-    assert isinstance(result, dict)
-    rows = [r for r in result["table"] if r["candidate"] == candidate]
-    assert len(rows) == 1, (candidate, result["table"])
+def _row(tune: dict[str, Any], candidate: str) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = [r for r in tune["result"]["table"] if r["candidate"] == candidate]
+    assert len(rows) == 1, (candidate, tune["result"]["table"])
     return rows[0]
 
 
