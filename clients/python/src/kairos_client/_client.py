@@ -35,6 +35,7 @@ from kairos_client.resources import (
     AsyncJobs,
     AsyncNodes,
     AsyncPolicies,
+    AsyncTunes,
     Audit,
     Clusters,
     Dags,
@@ -42,6 +43,7 @@ from kairos_client.resources import (
     Jobs,
     Nodes,
     Policies,
+    Tunes,
 )
 from kairos_client.types.decision import Decision
 from kairos_client.types.params import JobSpecParam, RunningJobParam, SnapshotNodeParam
@@ -157,6 +159,10 @@ class Client(SyncAPIClient):
     @cached_property
     def audit(self) -> Audit:
         return Audit(self)
+
+    @cached_property
+    def tunes(self) -> Tunes:
+        return Tunes(self)
 
     def with_options(
         self,
@@ -301,6 +307,10 @@ class AsyncClient(AsyncAPIClient):
     @cached_property
     def audit(self) -> AsyncAudit:
         return AsyncAudit(self)
+
+    @cached_property
+    def tunes(self) -> AsyncTunes:
+        return AsyncTunes(self)
 
     def with_options(
         self,

@@ -5,6 +5,7 @@ from kairos_client.resources.decisions import AsyncDecisions, Decisions
 from kairos_client.resources.jobs import AsyncJobs, Jobs
 from kairos_client.resources.nodes import AsyncNodes, Nodes
 from kairos_client.resources.policies import AsyncPolicies, Policies
+from kairos_client.resources.tunes import AsyncTunes, Tunes
 
 __all__ = [
     "AsyncAudit",
@@ -14,6 +15,7 @@ __all__ = [
     "AsyncJobs",
     "AsyncNodes",
     "AsyncPolicies",
+    "AsyncTunes",
     "Audit",
     "Clusters",
     "Dags",
@@ -21,4 +23,5 @@ __all__ = [
     "Jobs",
     "Nodes",
     "Policies",
+    "Tunes",
 ]

@@ -24,6 +24,17 @@ from kairos_client.types.params import (
 from kairos_client.types.policy import Policy
 from kairos_client.types.shadow import ShadowPolicyStats, ShadowReport
 from kairos_client.types.shared import Placement
+from kairos_client.types.tune import (
+    PromotionGuard,
+    Tune,
+    TuneError,
+    TunePhase,
+    TuneProgress,
+    TunePromotion,
+    TuneResult,
+    TuneState,
+    ValidationRow,
+)
 
 __all__ = [
     "Allocation",
@@ -46,6 +57,7 @@ __all__ = [
     "PlacementParam",
     "Policy",
     "PolicyRef",
+    "PromotionGuard",
     "Reservation",
     "RunningJobParam",
     "Shadow",
@@ -53,4 +65,12 @@ __all__ = [
     "ShadowReport",
     "SnapshotNodeParam",
     "StageSpecParam",
+    "Tune",
+    "TuneError",
+    "TunePhase",
+    "TuneProgress",
+    "TunePromotion",
+    "TuneResult",
+    "TuneState",
+    "ValidationRow",
 ]
