@@ -31,10 +31,11 @@ import copy
 import dataclasses
 import importlib
 import logging
+import re
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -345,10 +346,12 @@ class _Explainer:
         return others[:RUNNERS_UP], False
 
     def choose(self, view: RoundView) -> Action | None:
-        try:
-            probe: DagPolicy | None = copy.deepcopy(self.inner)
-        except Exception:
-            probe = None
+        probe: DagPolicy | None = None
+        if not isinstance(self.inner, DecimaPolicy):  # scored: its runners-up are by score
+            try:
+                probe = copy.deepcopy(self.inner)
+            except Exception:
+                probe = None
         action = self.inner.choose(view)
         if action is None:
             return None
@@ -412,9 +415,10 @@ class _Outcome:
     latency_ms: float
 
 
-#: learned DAG policies loaded in this process, by (model directory, sha256), each with the lock
-#: that keeps one decision at a time on it
-_LOADED: dict[tuple[str, str | None], tuple[DagPolicy, threading.Lock]] = {}
+#: learned DAG models loaded in this process, by (model directory, sha256): a factory of fresh
+#: policies (one per decision: a policy holds its sampling generator) and, for a module that
+#: only hands out one policy, the lock that keeps one decision at a time on it
+_LOADED: dict[tuple[str, str | None], tuple[Callable[[], DagPolicy], threading.Lock | None]] = {}
 _LOADED_LOCK = threading.Lock()
 
 
@@ -435,18 +439,29 @@ def _heuristic(name: str, alpha: float) -> DagPolicy:
     return get_heuristic(base)
 
 
-def _load_model(path: Path, sha256: str | None) -> tuple[DagPolicy, threading.Lock]:
+def _load_model(
+    path: Path, sha256: str | None
+) -> tuple[Callable[[], DagPolicy], threading.Lock | None]:
+    """The model of ``path`` through :data:`DAG_MODEL_MODULE`: ``read_dag_model(dir)`` (a model
+    whose ``policy()`` makes a fresh policy per decision) when it has one, else
+    ``load_dag_policy(dir)`` (one policy, used under a lock)."""
     key = (str(path), sha256)
     with _LOADED_LOCK:
         found = _LOADED.get(key)
     if found is not None:
         return found
     module = importlib.import_module(DAG_MODEL_MODULE)
-    policy = module.load_dag_policy(path)
-    if not isinstance(policy, DagPolicy):
-        raise TypeError(f"{DAG_MODEL_MODULE}.load_dag_policy returned no DAG policy")
+    entry: tuple[Callable[[], DagPolicy], threading.Lock | None]
+    if hasattr(module, "read_dag_model"):
+        model = module.read_dag_model(path)
+        entry = (model.policy, None)
+    else:
+        single = module.load_dag_policy(path)
+        entry = (lambda: single, threading.Lock())
+    if not isinstance(entry[0](), DagPolicy):
+        raise TypeError(f"{DAG_MODEL_MODULE} gave no DAG policy for {path}")
     with _LOADED_LOCK:
-        return _LOADED.setdefault(key, (policy, threading.Lock()))
+        return _LOADED.setdefault(key, entry)
 
 
 async def _resolve(
@@ -463,7 +478,8 @@ async def _resolve(
     if entry is None:
         return _Resolved(info.name, info.version, "onnx", None, reason=FallbackReason.MODEL_MISSING)
     try:
-        policy, lock = await anyio.to_thread.run_sync(_load_model, entry.path, entry.sha256)
+        make, lock = await anyio.to_thread.run_sync(_load_model, entry.path, entry.sha256)
+        policy = make()
     except ImportError as exc:
         return _Resolved(
             entry.name,
@@ -658,6 +674,8 @@ def _record(
 
 def _snapshot_error(exc: SnapshotError, prefix: str) -> UnprocessableError:
     field_ = "trigger.job_id" if exc.field == "trigger_dag" else exc.field
+    field_ = re.sub(r"\.progress\[", ".stage_progress[", field_)
+    field_ = re.sub(r"(stage_progress\[\d+\])\.running$", r"\1.running_slots", field_)
     return UnprocessableError(
         f"the DAG snapshot is inconsistent: {exc.message}",
         code="invalid_snapshot",

@@ -18,6 +18,7 @@ from app.api.errors import ERROR_RESPONSES, OVERLOADED_RESPONSE
 from app.api.middleware import UNSTORED_DECISION
 from app.api.v1.params import ClusterId, Cursor, DecisionId, Limit
 from app.schemas.common import DEFAULT_PAGE_LIMIT, Page, example
+from app.schemas.dag import DAG_DECIDE_EXAMPLE, DagDecideRequest
 from app.schemas.decision import (
     DECIDE_EXAMPLE,
     DecideRequest,
@@ -26,8 +27,8 @@ from app.schemas.decision import (
     ScheduleRequest,
 )
 from app.schemas.gpu import GPU_DECIDE_EXAMPLE, GpuDecideRequest
+from app.services import dag_rounds, gpu_rounds, scheduling
 from app.services import decisions as decision_log
-from app.services import gpu_rounds, scheduling
 
 router = APIRouter(tags=["decisions"], responses=ERROR_RESPONSES)
 
@@ -59,7 +60,9 @@ def _untagged(body: Any, handler: ValidatorFunctionWrapHandler) -> Any:
 #: ``POST /v1/decide``'s body: one snapshot shape per domain, chosen by its ``domain`` field.
 DecideBody = Annotated[
     Annotated[
-        Annotated[DecideRequest, Tag("hpc")] | Annotated[GpuDecideRequest, Tag("gpu")],
+        Annotated[DecideRequest, Tag("hpc")]
+        | Annotated[GpuDecideRequest, Tag("gpu")]
+        | Annotated[DagDecideRequest, Tag("dag")],
         Discriminator(_decide_domain),
     ],
     WrapValidator(_untagged),
@@ -121,7 +124,8 @@ async def schedule_cluster(
     description=(
         "Decides on a cluster snapshot sent in the body; `domain` chooses the snapshot's shape "
         "(absent or `hpc`: nodes, running and pending jobs; `gpu`: GPU nodes and jobs with "
-        "their attained service). Nothing about any cluster changes; the "
+        "their attained service; `dag`: nodes, an executor slot and DAGs of stages with "
+        "their progress). Nothing about any cluster changes; the "
         "decision is stored in the decision log (with `cluster_id: null`). It needs no database "
         "to decide: while the database is unavailable the decision is still answered, with "
         "`stored: false` (not in the log; an `Idempotency-Key` is then not claimed either)."
@@ -135,6 +139,7 @@ async def decide(
             openapi_examples={
                 "small": example("Two nodes, two pending jobs", DECIDE_EXAMPLE),
                 "gpu": example("A GPU snapshot (domain gpu)", GPU_DECIDE_EXAMPLE),
+                "dag": example("A DAG snapshot (domain dag)", DAG_DECIDE_EXAMPLE),
             }
         ),
     ],
@@ -145,6 +150,16 @@ async def decide(
     request_id: RequestId = None,
 ) -> DecisionRead:
     store = not request.scope.get("state", {}).get(UNSTORED_DECISION, False)
+    if isinstance(body, DagDecideRequest):
+        return await dag_rounds.decide_snapshot(
+            tenant,
+            body,
+            decisions=decisions,
+            writer=writer,
+            settings=settings,
+            request_id=request_id,
+            store=store,
+        )
     if isinstance(body, GpuDecideRequest):
         return await gpu_rounds.decide_snapshot(
             tenant,
