@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 from pydantic.config import JsonDict
 
 from app.schemas.common import (
@@ -26,6 +27,9 @@ PlacementName = Literal["first_fit", "best_fit", "tetris"]
 NodeStateName = Literal["up", "down", "drain"]
 #: The scheduling domains a cluster may declare (``app.domains``).
 DomainName = Literal["hpc", "gpu", "dag"]
+GpuPlacementName = Literal["consolidate", "most-free"]
+#: A non-negative, finite number of seconds (or GPU-seconds).
+Seconds = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False, strict=True)]
 
 CLUSTER_EXAMPLE: JsonDict = {
     "name": "Training cluster",
@@ -35,6 +39,49 @@ CLUSTER_EXAMPLE: JsonDict = {
     "backfill": "easy",
     "labels": {"region": "eu-west"},
 }
+
+
+class GpuClusterSettings(Schema):
+    """How a gpu cluster's rounds account time and place jobs (spec sections 7.2-7.5)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"restart_cost_s": 30, "las_thresholds_gpu_s": [3250]}]}
+    )
+
+    restart_cost_s: Seconds = Field(
+        default=30.0,
+        description=(
+            "Seconds of restart delay charged to a job each time it is started or resized: it "
+            "holds its GPUs (and accrues attained service) but makes no progress meanwhile."
+        ),
+    )
+    las_thresholds_gpu_s: Annotated[list[Seconds], Field(max_length=16)] = Field(
+        default_factory=lambda: [3250.0, 7200.0],
+        description=(
+            "Attained-service thresholds (GPU-seconds, ascending) of the 2D-LAS and 2D-Gittins "
+            "queues: a job with more attained service than the k-th threshold is in queue k."
+        ),
+    )
+    placement: GpuPlacementName = Field(
+        default="consolidate",
+        description=(
+            "`consolidate`: a gang on the single node that fits it best, else on as few nodes as "
+            "possible; `most-free`: repeatedly the node with the most free GPUs."
+        ),
+    )
+
+    @field_validator("las_thresholds_gpu_s")
+    @classmethod
+    def _ascending(cls, value: list[float]) -> list[float]:
+        if any(b <= a for a, b in itertools.pairwise(value)):
+            raise ValueError("the thresholds must be strictly ascending")
+        return value
+
+
+class GpuSettingsRead(ReadSchema):
+    restart_cost_s: float
+    las_thresholds_gpu_s: list[float]
+    placement: str
 
 
 class ClusterUpsert(Schema):
@@ -56,6 +103,19 @@ class ClusterUpsert(Schema):
     placement: PlacementName | None = None
     shadow_policy: PolicyName | None = None
     labels: Labels = Field(default_factory=dict)
+    gpu: GpuClusterSettings | None = Field(
+        default=None,
+        description="gpu clusters: restart cost, 2D-LAS thresholds and placement (defaults).",
+    )
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu_settings_need_a_gpu_cluster(
+        cls, value: GpuClusterSettings | None, info: ValidationInfo
+    ) -> GpuClusterSettings | None:
+        if value is not None and info.data.get("domain", "hpc") != "gpu":
+            raise ValueError("only a cluster with domain 'gpu' takes gpu settings")
+        return value
 
 
 class ClusterRead(ReadSchema):
@@ -85,6 +145,9 @@ class ClusterRead(ReadSchema):
     free: dict[str, float] = Field(description="Free amounts summed over the `up` nodes.")
     pending_jobs: int
     running_jobs: int
+    gpu: GpuSettingsRead | None = Field(
+        default=None, description="gpu clusters: the cluster's gpu settings."
+    )
 
 
 NODE_EXAMPLE: JsonDict = {

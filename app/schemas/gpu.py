@@ -13,64 +13,45 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
-from app.schemas.cluster import NodeStateName, PolicyName
+from app.schemas.cluster import (
+    GpuClusterSettings,
+    GpuPlacementName,
+    GpuSettingsRead,
+    NodeStateName,
+    PolicyName,
+    Seconds,
+)
 from app.schemas.common import (
     Duration,
     EpochSeconds,
     Id,
     Labels,
-    ReadSchema,
     Schema,
     ShortText,
 )
 from app.schemas.decision import DEADLINE_DESCRIPTION, DeadlineMs
+from app.schemas.job import GpuServiceRead
+
+__all__ = [
+    "APP_LABEL",
+    "GPU_DECIDE_EXAMPLE",
+    "GpuClusterSettings",
+    "GpuDecideRequest",
+    "GpuJobIn",
+    "GpuNodeIn",
+    "GpuPlacementIn",
+    "GpuPlacementName",
+    "GpuServiceRead",
+    "GpuSettingsRead",
+]
 
 #: GPUs of one node or one job (a whole count).
 GpuCount = Annotated[int, Field(ge=0, le=1_000_000, strict=True)]
 PositiveGpus = Annotated[int, Field(ge=1, le=1_000_000, strict=True)]
-#: A non-negative, finite number of seconds (or GPU-seconds) of service.
-Seconds = Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False, strict=True)]
 Count = Annotated[int, Field(ge=0, le=2**31 - 1, strict=True)]
-GpuPlacementName = Literal["consolidate", "most-free"]
 
 #: the label of a GPU job that names its application (model), read by policies that use it
 APP_LABEL = "kairos/app"
-
-
-class GpuClusterSettings(Schema):
-    """How a gpu cluster's rounds account time and place jobs (spec sections 7.2-7.5)."""
-
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"restart_cost_s": 30, "las_thresholds_gpu_s": [3250]}]}
-    )
-
-    restart_cost_s: Seconds = Field(
-        default=30.0,
-        description=(
-            "Seconds of restart delay charged to a job each time it is started or resized: it "
-            "holds its GPUs (and accrues attained service) but makes no progress meanwhile."
-        ),
-    )
-    las_thresholds_gpu_s: Annotated[list[Seconds], Field(max_length=16)] = Field(
-        default_factory=lambda: [3250.0, 7200.0],
-        description=(
-            "Attained-service thresholds (GPU-seconds, ascending) of the 2D-LAS and 2D-Gittins "
-            "queues: a job with more attained service than the k-th threshold is in queue k."
-        ),
-    )
-    placement: GpuPlacementName = Field(
-        default="consolidate",
-        description=(
-            "`consolidate`: a gang on the single node that fits it best, else on as few nodes as "
-            "possible; `most-free`: repeatedly the node with the most free GPUs."
-        ),
-    )
-
-
-class GpuSettingsRead(ReadSchema):
-    restart_cost_s: float
-    las_thresholds_gpu_s: list[float]
-    placement: str
 
 
 class GpuNodeIn(Schema):
@@ -148,15 +129,3 @@ class GpuDecideRequest(Schema):
     gpu: GpuClusterSettings | None = None
     explain: bool = False
     deadline_ms: DeadlineMs | None = Field(default=None, description=DEADLINE_DESCRIPTION)
-
-
-class GpuServiceRead(ReadSchema):
-    """A job's service on a gpu cluster, from Kairos's own decisions: accounted up to
-    ``accounted_at`` and, for a job holding GPUs then, up to now (or its end)."""
-
-    attained_gpu_s: float = Field(description="GPU-seconds held (restart delays included).")
-    executed_s: float = Field(description="Seconds held.")
-    starts: int
-    preemptions: int
-    restart_left_s: float = Field(description="Restart delay still to run, seconds.")
-    accounted_at: float | None = Field(description="Epoch seconds the counters were advanced to.")

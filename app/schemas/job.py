@@ -19,7 +19,7 @@ from app.schemas.common import (
 )
 
 JobStateName = Literal["pending", "running", "finished", "failed", "cancelled"]
-JobEventType = Literal["finished", "failed", "released", "cancelled", "task_finished"]
+JobEventType = Literal["finished", "failed", "released", "cancelled"]
 
 MAX_BATCH_JOBS = 10_000
 #: Tasks of one job, and of one placement of it.
@@ -50,6 +50,24 @@ class JobSpec(Schema):
     queue: ShortText | None = None
     depends_on: Annotated[list[Id], Field(max_length=1024)] = Field(default_factory=list)
     labels: Labels = Field(default_factory=dict)
+    # Left out of the stored spec (and its hash) when unset, so specs stored before them hash
+    # the same.
+    min_tasks: TaskCount | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description=(
+            "gpu clusters, elastic jobs: the fewest tasks (GPUs) it runs with (default `tasks`)."
+        ),
+    )
+    max_tasks: TaskCount | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description=(
+            "gpu clusters, elastic jobs: the most tasks (GPUs) it may be given (default the "
+            "larger of `tasks` and `min_tasks`). A job with `min_tasks` < `max_tasks` is elastic: "
+            "rounds may start it at any size in between and resize it while it runs."
+        ),
+    )
 
 
 class JobBatchCreate(Schema):
@@ -82,6 +100,19 @@ class JobWarning(ReadSchema):
     field: str | None = Field(description="The job's field: `per_task.<resource>` or `tasks`.")
 
 
+class GpuServiceRead(ReadSchema):
+    """A job's service on a gpu cluster, from Kairos's own decisions (never from the caller):
+    the counters as of ``accounted_at`` (the last round that saw the job running, or the end of
+    a job that finished or failed while running)."""
+
+    attained_gpu_s: float = Field(description="GPU-seconds held (restart delays included).")
+    executed_s: float = Field(description="Seconds held.")
+    starts: int
+    preemptions: int
+    restart_left_s: float = Field(description="Restart delay still to run, seconds.")
+    accounted_at: float | None = Field(description="Epoch seconds the counters are as of.")
+
+
 class JobRead(ReadSchema):
     id: str
     cluster_id: str
@@ -107,6 +138,19 @@ class JobRead(ReadSchema):
             "nodes). The job is kept and waits for nodes to be added."
         ),
     )
+    min_tasks: int | None = Field(
+        default=None, description="gpu clusters: an elastic job's fewest tasks (GPUs)."
+    )
+    max_tasks: int | None = Field(
+        default=None, description="gpu clusters: an elastic job's most tasks (GPUs)."
+    )
+    service: GpuServiceRead | None = Field(
+        default=None,
+        description=(
+            "gpu clusters: the job's attained service, starts and preemptions, tracked by Kairos "
+            "from its own decisions (a preempted job keeps it)."
+        ),
+    )
 
 
 class JobBatchRead(ReadSchema):
@@ -120,25 +164,3 @@ class JobEventCreate(Schema):
 
     type: JobEventType
     at: EpochSeconds | None = None
-    count: Annotated[int, Field(ge=1, le=MAX_TASKS, strict=True)] | None = Field(
-        default=None,
-        description=(
-            "Stages of a DAG, `task_finished`: how many of its tasks finished (default 1). Each "
-            "finished task's slot starts the stage's next unlaunched task, or is freed when none "
-            "is left."
-        ),
-    )
-    slots: Annotated[int, Field(ge=1, le=MAX_TASKS, strict=True)] | None = Field(
-        default=None,
-        description=(
-            "Stages of a DAG, `released`: how many of its slots are returned without running "
-            "their task (default: all it holds); the tasks go back to unlaunched."
-        ),
-    )
-    node_id: Id | None = Field(
-        default=None,
-        description=(
-            "Stages of a DAG: the node whose slots are freed (default: the stage's last "
-            "placements first)."
-        ),
-    )

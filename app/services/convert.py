@@ -19,7 +19,13 @@ from app.domains.hpc.types import (
     Resources,
     RunningJob,
 )
-from app.schemas.cluster import ClusterRead, DomainName, NodeRead
+from app.schemas.cluster import (
+    ClusterRead,
+    DomainName,
+    GpuClusterSettings,
+    GpuSettingsRead,
+    NodeRead,
+)
 from app.schemas.decision import DecisionRead
 from app.schemas.job import JobRead, JobSpec, JobWarning
 
@@ -143,6 +149,8 @@ def job_read(record: JobRecord, cluster_id: str, warnings: Sequence[JobWarning] 
             "end_time": record.end_time,
             "decision_id": record.decision_id,
             "warnings": list(warnings),
+            "min_tasks": s.get("min_tasks"),
+            "max_tasks": s.get("max_tasks"),
         }
     )
 
@@ -226,7 +234,17 @@ def cluster_read(
         free=clean(free),
         pending_jobs=job_counts.get(JobState.PENDING, 0),
         running_jobs=job_counts.get(JobState.RUNNING, 0),
+        gpu=(
+            GpuSettingsRead.model_validate(gpu_settings(record).model_dump())
+            if record.domain == "gpu"
+            else None
+        ),
     )
+
+
+def gpu_settings(record: ClusterRecord) -> GpuClusterSettings:
+    """A gpu cluster's settings: ``domain_config["gpu"]``, the defaults where none are stored."""
+    return GpuClusterSettings.model_validate((record.domain_config or {}).get("gpu") or {})
 
 
 # -- decisions -------------------------------------------------------------------------------------

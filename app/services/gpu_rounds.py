@@ -79,7 +79,7 @@ from app.outcomes import FallbackReason
 from app.schemas.decision import DecisionRead, ScheduleRequest
 from app.schemas.gpu import APP_LABEL, GpuClusterSettings, GpuDecideRequest
 from app.services.context import Ctx
-from app.services.convert import clean, decision_read, finite_json
+from app.services.convert import clean, decision_read, finite_json, gpu_settings
 from app.services.decision import DecisionService, split_policy
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
 from app.settings import Settings
@@ -99,6 +99,7 @@ _decide_with: Callable[[ClusterSnapshot, Any, GpuConfig], GpuDecision] = decide
 __all__ = [
     "GPU_CODEC",
     "decide_snapshot",
+    "domain_config",
     "job_size",
     "schedule_round",
     "settings_of",
@@ -113,8 +114,12 @@ DEFAULT_TENANT = "default"
 
 def settings_of(cluster: ClusterRecord) -> GpuClusterSettings:
     """The cluster's GPU settings (``domain_config["gpu"]``; the defaults when none are set)."""
-    raw = (cluster.domain_config or {}).get("gpu")
-    return GpuClusterSettings.model_validate(raw or {})
+    return gpu_settings(cluster)
+
+
+def domain_config(gpu: GpuClusterSettings | None) -> dict[str, Any]:
+    """What a gpu cluster stores in ``clusters.domain_config`` for ``ClusterUpsert.gpu``."""
+    return {"gpu": (gpu or GpuClusterSettings()).model_dump(mode="json")}
 
 
 def _config(s: GpuClusterSettings) -> GpuConfig:

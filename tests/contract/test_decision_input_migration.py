@@ -75,7 +75,7 @@ async def test_inputs_survive_the_upgrade_and_the_downgrade(empty_url: str) -> N
                 text(_INSERT.format(column="input_snapshot")),
                 {"id": "dec_old", "input": json.dumps(OLD_INPUT)},
             )
-        await _migrate(engine, "head")
+        await _migrate(engine, "heads")  # every branch (domains add migrations in parallel)
         async with engine.begin() as conn:
             await conn.execute(
                 text(_INSERT.format(column="input_blob")),

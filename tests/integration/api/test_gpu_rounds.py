@@ -1,0 +1,286 @@
+"""A gpu cluster through HTTP: jobs through the jobs endpoints, rounds through
+``POST .../schedule`` deciding with app.domains.gpu and applying preemptions, starts and resizes
+atomically with the stored decision; attained service tracked by Kairos across rounds and kept
+across preemption; the invariants checked after every round; a stored decision replayed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.factories import cluster_body
+
+T0 = 1_767_225_600.0
+
+
+async def gpu_cluster(
+    client: httpx.AsyncClient, cid: str, *, nodes: int = 2, gpus: int = 4, **extra: Any
+) -> None:
+    body = cluster_body(domain="gpu", resources=["gpu"], **extra)
+    r = await client.put(f"/v1/clusters/{cid}", json=body)
+    assert r.status_code == 201, r.text
+    r = await client.put(
+        f"/v1/clusters/{cid}/nodes",
+        json={"nodes": [{"id": f"n{i}", "capacity": {"gpu": gpus}} for i in range(nodes)]},
+    )
+    assert r.status_code == 200, r.text
+
+
+async def submit(client: httpx.AsyncClient, cid: str, job_id: str, gpus: int, at: float, **extra):
+    body = {"id": job_id, "tasks": gpus, "per_task": {"gpu": 1}, "walltime_s": 3600.0}
+    body.update(submit_time=at, **extra)
+    r = await client.post(f"/v1/clusters/{cid}/jobs", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+async def jobs(client: httpx.AsyncClient, cid: str) -> dict[str, dict[str, Any]]:
+    r = await client.get(f"/v1/clusters/{cid}/jobs", params={"limit": 500})
+    assert r.status_code == 200, r.text
+    return {j["id"]: j for j in r.json()["items"]}
+
+
+async def check_invariants(
+    client: httpx.AsyncClient, cid: str, before: dict[str, dict[str, Any]], d: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """No GPU over-allocated (nodes' allocations = what running jobs hold, within capacity),
+    gangs all-or-nothing, elastic jobs within min..max, only running jobs preempted or
+    resized, only pending ones allocated; returns the jobs after the round."""
+    after = await jobs(client, cid)
+    for jid in d["preemptions"]:
+        assert before[jid]["state"] == "running", jid
+        assert after[jid]["state"] == "pending", jid
+    for a in d["resizes"]:
+        assert before[a["job_id"]]["state"] == "running"
+    for a in d["allocations"]:
+        assert before[a["job_id"]]["state"] == "pending"
+        assert after[a["job_id"]]["state"] == "running"
+    named = [a["job_id"] for a in d["allocations"] + d["resizes"]] + d["preemptions"]
+    assert len(named) == len(set(named))
+    held: dict[str, int] = {}
+    for j in after.values():
+        if j["state"] != "running":
+            assert j["placements"] == [] or j["state"] in ("finished", "failed")
+            continue
+        size = sum(p["tasks"] for p in j["placements"])
+        low = j["min_tasks"] or j["tasks"]
+        high = j["max_tasks"] or max(j["tasks"], low)
+        assert low <= size <= high, (j["id"], size)
+        for p in j["placements"]:
+            held[p["node_id"]] = held.get(p["node_id"], 0) + p["tasks"]
+    nodes = (await client.get(f"/v1/clusters/{cid}/nodes")).json()["items"]
+    for n in nodes:
+        used = n["allocated"].get("gpu", 0.0)
+        assert used == held.get(n["id"], 0), n
+        assert used <= n["capacity"]["gpu"], n
+    return after
+
+
+async def schedule(client: httpx.AsyncClient, cid: str, now: float, **extra: Any):
+    r = await client.post(f"/v1/clusters/{cid}/schedule", json={"now": now, **extra})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def round_checked(client: httpx.AsyncClient, cid: str, now: float, **extra: Any):
+    before = await jobs(client, cid)
+    d = await schedule(client, cid, now, explain=True, **extra)
+    return d, await check_invariants(client, cid, before, d)
+
+
+def started(d: dict[str, Any]) -> list[str]:
+    return [a["job_id"] for a in d["allocations"]]
+
+
+async def test_2dlas_demotes_long_jobs_and_service_survives_preemption(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    await gpu_cluster(client, cid, policy="tiresias-2dlas")
+    await submit(client, cid, "a", 4, T0)
+    await submit(client, cid, "b", 4, T0 + 1)
+    d, after = await round_checked(client, cid, T0 + 10)
+    assert sorted(started(d)) == ["a", "b"]
+    assert d["explain"]["jobs"]["a"].startswith("admitted")
+    assert after["a"]["service"] == {
+        "attained_gpu_s": 0.0,
+        "executed_s": 0.0,
+        "starts": 1,
+        "preemptions": 0,
+        "restart_left_s": 30.0,
+        "accounted_at": T0 + 10,
+    }
+
+    # 1,000 s later both hold 4,000 GPU-s (above the first threshold, 3,250): a new job in the
+    # first queue goes first, the later of the two demoted jobs is preempted
+    await submit(client, cid, "c", 4, T0 + 1000)
+    d, after = await round_checked(client, cid, T0 + 1010)
+    assert d["preemptions"] == ["b"]
+    assert started(d) == ["c"]
+    assert d["explain"]["jobs"]["b"].startswith("preempted")
+    assert d["explain"]["jobs"]["a"].startswith("kept")
+    b = after["b"]["service"]
+    assert (b["attained_gpu_s"], b["executed_s"], b["starts"], b["preemptions"]) == (
+        4000.0,
+        1000.0,
+        1,
+        1,
+    )
+    assert after["a"]["service"]["attained_gpu_s"] == 4000.0
+
+    # "a" passes the second threshold (8,000 > 7,200): "b" (4,000, waiting) comes back ahead of
+    # it; "b" kept its service while pending (nothing accrued) and starts again
+    d, after = await round_checked(client, cid, T0 + 2010)
+    assert d["preemptions"] == ["a"]
+    assert started(d) == ["b"]
+    assert after["b"]["service"]["attained_gpu_s"] == 4000.0
+    assert after["b"]["service"]["starts"] == 2
+    assert after["b"]["service"]["restart_left_s"] == 30.0
+    assert after["a"]["service"]["attained_gpu_s"] == 8000.0
+    assert after["a"]["service"]["preemptions"] == 1
+    assert after["c"]["service"]["attained_gpu_s"] == 4000.0
+    assert after["c"]["service"]["restart_left_s"] == 0.0
+
+    # a job that finishes is accounted to its end
+    r = await client.post(
+        f"/v1/clusters/{cid}/jobs/c/events", json={"type": "finished", "at": T0 + 2110}
+    )
+    assert r.status_code == 200, r.text
+    c = (await client.get(f"/v1/clusters/{cid}/jobs/c")).json()["service"]
+    assert (c["attained_gpu_s"], c["executed_s"]) == (4400.0, 1100.0)
+    d, _ = await round_checked(client, cid, T0 + 2120)
+    assert started(d) == ["a"]
+
+
+async def test_stored_round_replays_through_decide(client: httpx.AsyncClient, cid: str) -> None:
+    await gpu_cluster(client, cid, policy="las")
+    await submit(client, cid, "a", 4, T0)
+    await submit(client, cid, "b", 8, T0 + 1)
+    await round_checked(client, cid, T0 + 5)
+    await submit(client, cid, "c", 2, T0 + 100)
+    d, _ = await round_checked(client, cid, T0 + 200)
+    detail = (await client.get(f"/v1/decisions/{d['id']}")).json()
+    assert detail["input"]["domain"] == "gpu"
+    assert {j["id"] for j in detail["input"]["jobs"]} == {"a", "b", "c"}
+    again = await client.post("/v1/decide", json=detail["input"])
+    assert again.status_code == 200, again.text
+    for key in ("allocations", "resizes", "preemptions", "policy", "fallback", "queue_length"):
+        assert again.json()[key] == d[key], key
+
+
+async def test_elastic_job_is_resized_within_its_bounds(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    await gpu_cluster(client, cid, policy="optimus", gpu={"restart_cost_s": 10})
+    e = await submit(client, cid, "e", 2, T0, min_tasks=2, max_tasks=8)
+    assert (e["min_tasks"], e["max_tasks"]) == (2, 8)
+    d, after = await round_checked(client, cid, T0 + 1)
+    assert started(d) == ["e"]
+    assert sum(p["tasks"] for p in after["e"]["placements"]) == 8
+    await submit(client, cid, "r", 4, T0 + 50)
+    d, after = await round_checked(client, cid, T0 + 60)
+    assert started(d) == ["r"]
+    assert [a["job_id"] for a in d["resizes"]] == ["e"]
+    assert sum(p["tasks"] for p in after["e"]["placements"]) == 4
+    assert after["e"]["decision_id"] == d["id"]
+    assert d["explain"]["jobs"]["e"].startswith("resized")
+    s = after["e"]["service"]
+    assert (s["attained_gpu_s"], s["starts"], s["preemptions"]) == (8 * 59.0, 1, 0)
+
+
+async def test_dry_run_changes_nothing(client: httpx.AsyncClient, cid: str) -> None:
+    await gpu_cluster(client, cid, policy="fifo")
+    await submit(client, cid, "a", 4, T0)
+    d = await schedule(client, cid, T0 + 1, dry_run=True)
+    assert started(d) == ["a"]
+    assert d["dry_run"]
+    a = (await jobs(client, cid))["a"]
+    assert a["state"] == "pending"
+    assert a["service"]["starts"] == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_concurrent_rounds_never_over_allocate(client: httpx.AsyncClient, cid: str) -> None:
+    await gpu_cluster(client, cid, nodes=3, gpus=4, policy="las")
+    for i in range(12):
+        await submit(client, cid, f"j{i}", 1 + i % 4, T0 + i)
+    before = await jobs(client, cid)
+    answers = await asyncio.gather(
+        *(
+            client.post(f"/v1/clusters/{cid}/schedule", json={"now": T0 + 100 + k})
+            for k in range(16)
+        )
+    )
+    assert [r.status_code for r in answers] == [200] * 16
+    # the rounds ran one after another: nodes hold exactly what running jobs hold, within
+    # capacity, and every round is in the log
+    nothing: dict[str, list[Any]] = {"allocations": [], "resizes": [], "preemptions": []}
+    after = await check_invariants(client, cid, before, nothing)
+    running = [j for j in after.values() if j["state"] == "running"]
+    assert 0 < sum(sum(p["tasks"] for p in j["placements"]) for j in running) <= 12
+    log = (await client.get(f"/v1/clusters/{cid}/decisions", params={"limit": 50})).json()
+    assert len(log["items"]) == 16
+
+
+@pytest.mark.parametrize(
+    ("domain", "job", "field"),
+    [
+        ("hpc", {"tasks": 2, "per_task": {"gpu": 1}, "min_tasks": 1}, "body.min_tasks"),
+        ("gpu", {"tasks": 4, "per_task": {"gpu": 1}, "max_tasks": 2}, "body.max_tasks"),
+        ("gpu", {"tasks": 16, "per_task": {"gpu": 1}}, "body.tasks"),
+        (
+            "gpu",
+            {"tasks": 1, "per_task": {"gpu": 1}, "min_tasks": 9, "max_tasks": 9},
+            "body.min_tasks",
+        ),
+        ("gpu", {"tasks": 2, "per_task": {"gpu": 2}}, "body.per_task"),
+        ("gpu", {"tasks": 0, "per_task": {"gpu": 1}}, "body.tasks"),
+    ],
+)
+async def test_bad_gpu_jobs_are_422_naming_the_field(
+    client: httpx.AsyncClient, cid: str, domain: str, job: dict[str, Any], field: str
+) -> None:
+    if domain == "gpu":
+        await gpu_cluster(client, cid)
+    else:
+        r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(resources=["gpu"]))
+        assert r.status_code == 201
+        await client.put(f"/v1/clusters/{cid}/nodes/n1", json={"capacity": {"gpu": 4}})
+    r = await client.post(f"/v1/clusters/{cid}/jobs", json={"id": "j", "walltime_s": 60.0, **job})
+    assert r.status_code == 422, r.text
+    assert field in [d["field"] for d in r.json()["error"]["details"]]
+
+
+async def test_gpu_settings_on_a_non_gpu_cluster_are_422(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(gpu={"restart_cost_s": 5}))
+    assert r.status_code == 422
+    assert r.json()["error"]["details"][0]["field"] == "body.gpu"
+    r = await client.put(
+        f"/v1/clusters/{cid}",
+        json=cluster_body(domain="gpu", gpu={"las_thresholds_gpu_s": [10, 5]}),
+    )
+    assert r.status_code == 422
+    assert r.json()["error"]["details"][0]["field"].startswith("body.gpu.las_thresholds_gpu_s")
+
+
+async def test_gpu_cluster_reads_its_settings(client: httpx.AsyncClient, cid: str) -> None:
+    await gpu_cluster(client, cid)
+    got = (await client.get(f"/v1/clusters/{cid}")).json()
+    assert got["gpu"] == {
+        "restart_cost_s": 30.0,
+        "las_thresholds_gpu_s": [3250.0, 7200.0],
+        "placement": "consolidate",
+    }
+    assert got["fallback"] == "tiresias-2dlas"
+
+
+async def test_unknown_round_policy_is_422(client: httpx.AsyncClient, cid: str) -> None:
+    await gpu_cluster(client, cid)
+    r = await client.post(f"/v1/clusters/{cid}/schedule", json={"policy": "f1"})
+    assert r.status_code == 422
+    assert r.json()["error"]["details"][0]["field"] == "body.policy"
