@@ -19,7 +19,7 @@ from app.schemas.common import (
 )
 
 JobStateName = Literal["pending", "running", "finished", "failed", "cancelled"]
-JobEventType = Literal["finished", "failed", "released", "cancelled"]
+JobEventType = Literal["finished", "failed", "released", "cancelled", "task_finished"]
 
 MAX_BATCH_JOBS = 10_000
 #: Tasks of one job, and of one placement of it.
@@ -164,3 +164,25 @@ class JobEventCreate(Schema):
 
     type: JobEventType
     at: EpochSeconds | None = None
+    count: Annotated[int, Field(ge=1, le=MAX_TASKS, strict=True)] | None = Field(
+        default=None,
+        description=(
+            "Stages of a DAG, `task_finished`: how many of its tasks finished (default 1). Each "
+            "finished task's slot starts the stage's next unlaunched task, or is freed when none "
+            "is left."
+        ),
+    )
+    slots: Annotated[int, Field(ge=1, le=MAX_TASKS, strict=True)] | None = Field(
+        default=None,
+        description=(
+            "Stages of a DAG, `released`: how many of its slots are returned without running "
+            "their task (default: all it holds); the tasks go back to unlaunched."
+        ),
+    )
+    node_id: Id | None = Field(
+        default=None,
+        description=(
+            "Stages of a DAG: the node whose slots are freed (default: the stage's last "
+            "placements first)."
+        ),
+    )

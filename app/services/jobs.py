@@ -29,6 +29,7 @@ from app.services.convert import (
     spec_hash,
     stored_spec,
 )
+from app.services.dags import DAG_DOMAIN, record_stage_event
 from app.services.dependencies import cycle_error, find_cycle, unknown_dependencies
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError, not_found
 from app.services.fit import FitLimits
@@ -160,6 +161,12 @@ async def submit_jobs(
     with another spec the whole call is a 409.
     """
     cluster = await require_cluster(ctx, cluster_id)
+    if cluster.domain == DAG_DOMAIN:
+        raise ConflictError(
+            f"cluster {cluster.id!r} is a dag cluster: submit DAGs of stages with POST "
+            f"/v1/clusters/{cluster.id}/dags (each stage is then a job)",
+            code="dag_cluster",
+        )
     _check_specs(cluster, specs, prefix)
     await check_domain_specs(ctx, cluster, specs, prefix)
     hashes = [spec_hash(s) for s in specs]
@@ -272,6 +279,21 @@ async def _release_nodes(ctx: Ctx, cluster: ClusterRecord, job: JobRecord) -> No
             node.allocated = release(node.allocated, placement_demand(per_task, p.tasks))
 
 
+def _check_job_event(event: JobEventCreate) -> None:
+    """``task_finished`` and the fields ``count``, ``slots``, ``node_id`` are for DAG stages."""
+    problems = [
+        ErrorItem(f"body.{name}", "only for stages of a DAG on a dag cluster", "not_allowed")
+        for name in ("count", "slots", "node_id")
+        if getattr(event, name) is not None
+    ]
+    if event.type == "task_finished":
+        problems.insert(
+            0, ErrorItem("body.type", "only for stages of a DAG on a dag cluster", "not_allowed")
+        )
+    if problems:
+        raise UnprocessableError("the event is for DAG stages only", details=problems)
+
+
 async def record_event(ctx: Ctx, cluster_id: str, job_id: str, event: JobEventCreate) -> JobRead:
     """Apply an orchestrator event. Repeating the event that put the job in its current
     terminal state is a no-op (at-least-once delivery); any other disallowed transition is 409."""
@@ -280,6 +302,9 @@ async def record_event(ctx: Ctx, cluster_id: str, job_id: str, event: JobEventCr
     job = await repo.get(cluster.pk, job_id)
     if job is None:
         raise not_found("job", job_id)
+    if cluster.domain == DAG_DOMAIN:
+        return await record_stage_event(ctx, cluster, job, event)
+    _check_job_event(event)
     allowed, target = TRANSITIONS[event.type]
     current = JobState(job.state)
     if current == target and target != JobState.PENDING:
@@ -315,6 +340,12 @@ async def cancel_job(ctx: Ctx, cluster_id: str, job_id: str) -> None:
     job = await repo.get(cluster.pk, job_id)
     if job is None:
         raise not_found("job", job_id)
+    if cluster.domain == DAG_DOMAIN:
+        raise ConflictError(
+            f"job {job_id!r} is a stage of a DAG: cancel the DAG with DELETE "
+            f"/v1/clusters/{cluster.id}/dags/{{dag_id}}",
+            code="invalid_transition",
+        )
     if job.state == JobState.CANCELLED:
         return
     if job.state != JobState.PENDING:
