@@ -43,9 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kairos: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)  # noqa: T201
         return 2
     if command == "evaluate":
+        from kairos.dag_policy_loader import register as register_dag
         from kairos.policy_loader import register
 
         register()
+        register_dag()
     module = importlib.import_module(COMMANDS[command][0])
     entry = cast(Callable[[list[str]], int], module.main)
     return entry([command, *rest])

@@ -21,7 +21,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +39,15 @@ from app.kernel.errors import UnknownHeuristicError
 from sim.dag_data import DEFAULT_TPCH, load_decima, load_tpch
 from sim.dag_workflows import WorkflowFileError, load_workflows
 
-__all__ = ["DagEvalSpec", "build_parser", "evaluate_dag", "main", "parse_seeds"]
+__all__ = [
+    "DagEvalSpec",
+    "DagPolicyRefusedError",
+    "build_parser",
+    "evaluate_dag",
+    "main",
+    "parse_seeds",
+    "register_dag_policy_loader",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +87,39 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 DECIMA_POLICIES: Final = {"decima": "sample", "decima_argmax": "argmax"}
 
 
+#: resolves a learned DAG policy (a model name or a model directory) to a factory of policies
+#: seeded per episode, ``None`` when it knows no such model; :mod:`kairos.dag_policy_loader`
+#: registers the ONNX models' (``sim`` may not import ``app.policy``)
+DagPolicyLoader = Callable[[str], Callable[[int], DagPolicy] | None]
+_DAG_LOADERS: list[DagPolicyLoader] = []
+
+
+class DagPolicyRefusedError(ValueError):
+    """A learned DAG policy that exists but cannot be used (refused model, not a model
+    directory); the message names it."""
+
+
+def register_dag_policy_loader(loader: DagPolicyLoader) -> None:
+    """Let ``--policies`` name learned DAG models (idempotent)."""
+    if loader not in _DAG_LOADERS:
+        _DAG_LOADERS.append(loader)
+
+
 def make_policy(name: str, seed: int = 0) -> DagPolicy:
-    """A heuristic, or the shipped Decima (``decima`` samples with a generator seeded by the
-    episode seed, ``decima_argmax`` is greedy)."""
+    """A heuristic, the shipped Decima (``decima`` samples with a generator seeded by the
+    episode seed, ``decima_argmax`` is greedy), or a learned model a registered loader knows
+    (its card's decoding mode, sampling seeded by the episode seed)."""
     if name in DECIMA_POLICIES:
         mode = cast(Literal["sample", "argmax"], DECIMA_POLICIES[name])
         return DecimaPolicy(load_decima(), mode=mode, seed=seed, name=name)
-    return get_heuristic(name)
+    try:
+        return get_heuristic(name)
+    except UnknownHeuristicError:
+        for loader in _DAG_LOADERS:
+            factory = loader(name)
+            if factory is not None:
+                return factory(seed)
+        raise
 
 
 def _episode(args: tuple[DagEvalSpec, str, int]) -> EpisodeMetrics:
@@ -245,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--policies",
         required=True,
         help="comma-separated: heuristics (fair,fifo,fifo_static,sjf_cp,sjf_capped,"
-        "weighted_fair(A),packer) and decima / decima_argmax (the shipped Decima weights)",
+        "weighted_fair(A),packer), decima / decima_argmax (the shipped Decima weights) and "
+        "learned DAG models by name (dag-v1, dag-v1@1) or model directory",
     )
     p.add_argument("--seeds", default="0-9", help="A-B (inclusive) or a comma list")
     p.add_argument("--json", type=Path, help="write the result rows here (JSON)")
@@ -296,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         rows = evaluate_dag(spec, workers=args.workers)
-    except (UnknownHeuristicError, WorkflowFileError) as exc:
+    except (UnknownHeuristicError, WorkflowFileError, DagPolicyRefusedError) as exc:
         print(f"kairos evaluate: error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     if args.json is not None:

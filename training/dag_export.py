@@ -33,7 +33,14 @@ from onnx import TensorProto, helper, numpy_helper
 from app.domains.dag.decima import _MLPS, MASKED_LOGIT, DecimaObs
 from app.domains.dag.domain import FEATURE_SCHEMA_VERSION
 
-__all__ = ["DEFAULT_K", "build_onnx", "convert", "load_state_dict", "reference_forward"]
+__all__ = [
+    "DEFAULT_K",
+    "build_onnx",
+    "convert",
+    "load_state_dict",
+    "reference_forward",
+    "weights_from_onnx",
+]
 
 OPSET: Final = 17
 DEFAULT_K: Final = 16
@@ -189,9 +196,18 @@ class _Graph:
         return x
 
 
+#: the ``source`` metadata of the shipped weights' export
+DECIMA_SOURCE: Final = "spark-sched-sim models/decima/model.pt (MIT)"
+
+
 def build_onnx(
-    weights: Mapping[str, npt.NDArray[np.float32]], k: int = DEFAULT_K
+    weights: Mapping[str, npt.NDArray[np.float32]],
+    k: int = DEFAULT_K,
+    *,
+    source: str = DECIMA_SOURCE,
 ) -> onnx.ModelProto:
+    """The dense graph of ``weights`` (state-dict names); ``source`` says where they come from
+    (ONNX metadata)."""
     g = _Graph(weights)
     i64 = np.int64
     zero = g.const("zero_f", np.array(0.0, np.float32))
@@ -284,11 +300,27 @@ def build_onnx(
         {
             "feature_schema_version": FEATURE_SCHEMA_VERSION,
             "iterations": str(k),
-            "source": "spark-sched-sim models/decima/model.pt (MIT)",
+            "source": source,
         },
     )
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def weights_from_onnx(model: onnx.ModelProto) -> dict[str, npt.NDArray[np.float32]]:
+    """The state dict (names and layouts of ``model.pt``) of a graph :func:`build_onnx` wrote."""
+    out: dict[str, npt.NDArray[np.float32]] = {}
+    prefixes = set(_MLPS.values())
+    for t in model.graph.initializer:
+        base, _, kind = t.name.rpartition(".")
+        if base.rpartition(".")[0] not in prefixes:
+            continue
+        array = numpy_helper.to_array(t).astype(np.float32)
+        if kind == "wt":
+            out[f"{base}.weight"] = np.ascontiguousarray(array.T)
+        elif kind == "bias":
+            out[f"{base}.bias"] = array
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from app.background import running
+from app.policy.dag_onnx import DagOnnxModel, is_dag_card, load_dag_model
 from app.policy.gpu_onnx import GpuOnnxModel, is_gpu_card, load_gpu_model
 from app.policy.onnx_policy import (
     CARD_FILE,
@@ -164,10 +165,18 @@ class ModelEntry:
     #: the heuristic a heuristic card recommends (``kairos tune``'s output when a heuristic
     #: won, :mod:`app.tuning.card`): the entry decides as that heuristic; ``policy`` is ``None``
     heuristic: str | None = None
+    #: the model of a ``"domain": "dag"`` card (:mod:`app.policy.dag_onnx`); ``policy`` is then
+    #: ``None`` (it decides DAG clusters only) and ``message`` says so
+    dag: DagOnnxModel | None = None
 
     @property
     def loaded(self) -> bool:
-        return self.policy is not None or self.gpu is not None or self.heuristic is not None
+        return (
+            self.policy is not None
+            or self.gpu is not None
+            or self.heuristic is not None
+            or self.dag is not None
+        )
 
     @property
     def spec(self) -> str:
@@ -354,6 +363,8 @@ class PolicyRegistry:
             return _heuristic_entry(owner, name, version, directory, card)
         if card is not None and is_gpu_card(card):
             return self._load_gpu(owner, name, version, directory, card, sha)
+        if card is not None and is_dag_card(card):
+            return self._load_dag(owner, name, version, directory, card, sha)
         try:
             policy = OnnxPolicy.load(directory, options=self.options)
         except PolicyRefusedError as exc:
@@ -398,6 +409,37 @@ class PolicyRegistry:
         note = "a gpu-domain model: it decides GPU clusters only"
         return ModelEntry(
             name, version, directory, None, None, note, gpu.sha256, card, owner, gpu=gpu
+        )
+
+    def _load_dag(
+        self,
+        owner: str,
+        name: str,
+        version: str,
+        directory: Path,
+        card: dict[str, Any],
+        sha: str | None,
+    ) -> ModelEntry:
+        if sha is None:
+            missing = f"{directory} lacks {MODEL_FILE}"
+            return ModelEntry(
+                name, version, directory, None, RefusalReason.MODEL_MISSING, missing, None, card,
+                owner,
+            )  # fmt: skip
+        try:
+            dag = load_dag_model(
+                (directory / MODEL_FILE).read_bytes(),
+                (directory / CARD_FILE).read_bytes(),
+                options=self.options,
+                path=directory,
+            )
+        except PolicyRefusedError as exc:
+            return ModelEntry(
+                name, version, directory, None, exc.reason, exc.message, sha, card, owner
+            )
+        note = "a dag-domain model: it decides DAG clusters only"
+        return ModelEntry(
+            name, version, directory, None, None, note, dag.sha256, card, owner, dag=dag
         )
 
     def discover(self) -> list[ModelEntry]:

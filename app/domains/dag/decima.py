@@ -22,7 +22,7 @@ not NaN).  GNN MLPs use LeakyReLU(0.2), policy MLPs tanh, no activation on outpu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -36,6 +36,8 @@ __all__ = [
     "DecimaObs",
     "DecimaPolicy",
     "DecimaWeights",
+    "Scorer",
+    "choice_mask",
     "decima_forward",
     "encode",
 ]
@@ -196,25 +198,42 @@ def decima_forward(
     return stage_logits.astype(np.float32), exec_logits.astype(np.float32)
 
 
+def choice_mask(obs: DecimaObs) -> B:
+    """Selectable stages of jobs with at least one allowed executor count ``[J, S]``."""
+    has_row = np.asarray(obs.exec_mask.any(axis=-1), dtype=bool)
+    out: B = obs.select_mask & has_row[:, None]
+    return out
+
+
 def _softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     z = np.exp(logits - logits.max())
     out: npt.NDArray[np.float64] = z / z.sum()
     return out
 
 
+#: the network's logits of one observation: (stage_logits [J, S], exec_logits [J, E])
+Scorer = Callable[[DecimaObs], tuple[F32, F32]]
+
+
 @dataclass(slots=True)
 class DecimaPolicy:
-    """Decima's two-step action: a stage (softmax over selectable stages), then k + 1 executors
-    from the chosen job's row.  ``mode`` ``sample`` draws from the softmax with a generator
-    seeded by ``seed`` (reset per episode), ``argmax`` is greedy (ties: lowest index)."""
+    """Decima's two-step action: a stage (softmax over selectable stages of jobs with an allowed
+    executor count), then k + 1 executors from the chosen job's row.  ``mode`` ``sample`` draws
+    from the softmax with a generator seeded by ``seed`` (reset per episode and per
+    :func:`~app.domains.dag.decision.decide` call), ``argmax`` is greedy (ties: lowest index).
+    The logits come from ``scorer`` when given (an ONNX session, say), else from
+    :func:`decima_forward` on ``weights``; exactly one of the two is needed."""
 
-    weights: DecimaWeights
+    weights: DecimaWeights | None = None
     mode: Literal["sample", "argmax"] = "sample"
     seed: int = 0
     name: str = "decima"
+    scorer: Scorer | None = None
     rng: np.random.Generator = field(init=False)
 
     def __post_init__(self) -> None:
+        if (self.weights is None) == (self.scorer is None):
+            raise ValueError("DecimaPolicy needs exactly one of weights and scorer")
         self.rng = np.random.default_rng(self.seed)
 
     def reset(self) -> None:
@@ -227,18 +246,22 @@ class DecimaPolicy:
         i = int(np.searchsorted(np.cumsum(p), self.rng.random(), side="right"))
         return min(i, p.size - 1)
 
+    def logits(self, obs: DecimaObs) -> tuple[F32, F32]:
+        if self.scorer is not None:
+            return self.scorer(obs)
+        assert self.weights is not None
+        return decima_forward(self.weights, obs)
+
     def choose(self, view: RoundView) -> Action | None:
         obs = encode(view)
-        if view.num_source <= 0 or not obs.select_mask.any():
+        allowed = choice_mask(obs)
+        if view.num_source <= 0 or not allowed.any():
             return None
-        stage_logits, exec_logits = decima_forward(self.weights, obs)
-        flat_mask = obs.select_mask.reshape(-1)
-        cand = np.flatnonzero(flat_mask)
+        stage_logits, exec_logits = self.logits(obs)
+        cand = np.flatnonzero(allowed.reshape(-1))
         i = cand[self._pick(stage_logits.reshape(-1)[cand].astype(np.float64))]
         j, s = divmod(int(i), obs.select_mask.shape[1])
         row = np.flatnonzero(obs.exec_mask[j])
-        if row.size == 0:
-            return None
         k = row[self._pick(exec_logits[j, row].astype(np.float64))]
         job_idx, stage_idx = obs.slots[j][s]
         cap = int(row.size)

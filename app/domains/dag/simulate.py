@@ -48,6 +48,7 @@ from app.kernel.errors import InvalidPickError
 
 __all__ = [
     "SEMANTICS",
+    "Episode",
     "EpisodeResult",
     "JobArrival",
     "Semantics",
@@ -586,6 +587,89 @@ def _job_of(source: object) -> _Job | None:
     return None
 
 
+class Episode:
+    """One episode stepped by its caller: :meth:`view` the round, :meth:`step` an action, until
+    :meth:`step` returns true.  decima-compat: ``num_init`` jobs at t = 0 then ``num_stream``
+    streamed; the other semantics: ``num_init + num_stream`` jobs, the first at t = 0 and the rest
+    streamed (a batch when ``interval_ms`` is 0).  The job sequence, keys and durations depend only
+    on ``seed`` (and the semantics), never on the policy's actions."""
+
+    def __init__(
+        self,
+        lib: TpchLibrary,
+        cfg: SimConfig,
+        *,
+        seed: int,
+        num_init: int,
+        num_stream: int,
+        interval_ms: float,
+    ) -> None:
+        if cfg.num_executors < 1:
+            raise ValueError("num_executors must be >= 1")
+        if cfg.semantics == "decima-compat":
+            env = np.random.RandomState(DECIMA_ENV_SEED_BASE + seed)
+            jobs = decima_jobs(lib, env, num_init, num_stream, interval_ms)
+            keys = _Uniforms(env.random_sample)
+            durations = _Uniforms(
+                np.random.RandomState(DECIMA_DURATION_SEED_BASE + seed).random_sample
+            )
+        else:
+            gen = np.random.default_rng(seed)
+            jobs = spark_jobs(lib, gen, num_init + num_stream, interval_ms)
+            keys = durations = _Uniforms(gen.random)
+
+        def point(w: int) -> int:
+            return 1 + int(keys.next() * w)
+
+        def pick(n: int) -> int:
+            return int(durations.next() * n)
+
+        self.cfg = cfg
+        self._engine = _Engine(cfg, jobs, point, pick)
+        self._arrival = np.array([j.arrival_ms for j in self._engine.all_jobs], dtype=np.float64)
+        self._active: list[_Job] = []
+
+    @property
+    def now_ms(self) -> float:
+        return self._engine.now
+
+    @property
+    def decisions(self) -> int:
+        return self._engine.decisions
+
+    def view(self) -> RoundView:
+        """The current round (the policy's input); the next :meth:`step` acts on it."""
+        view, self._active = self._engine.view()
+        return view
+
+    def step(self, action: Action | None) -> bool:
+        """Apply one action of the last :meth:`view`'s round and simulate to the next decision;
+        true when the episode is over (no executor to schedule and no event left)."""
+        return self._engine.step(action, self._active)
+
+    def job_time_ms(self) -> float:
+        """Sum over jobs arrived by now of their time in the system up to now (ms)."""
+        now = self._engine.now
+        arrived = self._arrival[self._arrival <= now]
+        total = float(np.sum(now - arrived))
+        for job in self._engine.all_jobs[: arrived.size]:
+            if job.completion_ms <= now:  # NaN (not finished) compares false
+                total -= now - job.completion_ms
+        return total
+
+    def result(self) -> EpisodeResult:
+        engine = self._engine
+        completion = np.array([j.completion_ms for j in engine.all_jobs], dtype=np.float64)
+        return EpisodeResult(
+            arrival_ms=self._arrival.copy(),
+            completion_ms=completion,
+            busy_ms=engine.busy_ms,
+            num_executors=self.cfg.num_executors,
+            decisions=engine.decisions,
+            end_ms=engine.now,
+        )
+
+
 def run_episode(
     lib: TpchLibrary,
     cfg: SimConfig,
@@ -597,42 +681,14 @@ def run_episode(
     interval_ms: float,
     max_decisions: int | None = None,
 ) -> EpisodeResult:
-    """One episode.  decima-compat: ``num_init`` jobs at t = 0 then ``num_stream`` streamed;
-    the other semantics: ``num_init + num_stream`` jobs, the first at t = 0 and the rest
-    streamed (a batch when ``interval_ms`` is 0)."""
-    if cfg.num_executors < 1:
-        raise ValueError("num_executors must be >= 1")
-    if cfg.semantics == "decima-compat":
-        env = np.random.RandomState(DECIMA_ENV_SEED_BASE + seed)
-        jobs = decima_jobs(lib, env, num_init, num_stream, interval_ms)
-        keys = _Uniforms(env.random_sample)
-        durations = _Uniforms(np.random.RandomState(DECIMA_DURATION_SEED_BASE + seed).random_sample)
-    else:
-        gen = np.random.default_rng(seed)
-        jobs = spark_jobs(lib, gen, num_init + num_stream, interval_ms)
-        keys = durations = _Uniforms(gen.random)
-
-    def point(w: int) -> int:
-        return 1 + int(keys.next() * w)
-
-    def pick(n: int) -> int:
-        return int(durations.next() * n)
-
-    engine = _Engine(cfg, jobs, point, pick)
+    """One episode of ``policy`` (jobs as :class:`Episode` draws them)."""
+    episode = Episode(
+        lib, cfg, seed=seed, num_init=num_init, num_stream=num_stream, interval_ms=interval_ms
+    )
     policy.reset()
     done = False
     while not done:
-        if max_decisions is not None and engine.decisions >= max_decisions:
+        if max_decisions is not None and episode.decisions >= max_decisions:
             break
-        view, active = engine.view()
-        done = engine.step(policy.choose(view), active)
-    arrival = np.array([j.arrival_ms for j in engine.all_jobs], dtype=np.float64)
-    completion = np.array([j.completion_ms for j in engine.all_jobs], dtype=np.float64)
-    return EpisodeResult(
-        arrival_ms=arrival,
-        completion_ms=completion,
-        busy_ms=engine.busy_ms,
-        num_executors=cfg.num_executors,
-        decisions=engine.decisions,
-        end_ms=engine.now,
-    )
+        done = episode.step(policy.choose(episode.view()))
+    return episode.result()

@@ -1,0 +1,259 @@
+"""Learned DAG policies from ONNX: ``load_dag_policy(model_dir)`` -> a
+:class:`~app.domains.dag.decima.DecimaPolicy` that :func:`app.domains.dag.decision.decide` (and
+the simulator) accepts, its logits computed by onnxruntime.
+
+A model directory holds ``policy.onnx`` + ``card.json`` (the export of
+``training/dag_export.py``: the dense Decima network of spec 4.3).  The model is refused
+(:class:`~app.policy.onnx_policy.PolicyRefusedError`) unless:
+
+* the card parses, names ``name``, ``version``, ``domain == "dag"``,
+  ``feature_schema_version ==`` :data:`~app.domains.dag.domain.FEATURE_SCHEMA_VERSION` and a
+  ``decoding`` object whose ``mode`` is ``"sample"`` or ``"argmax"`` (``seed``: an integer >= 0,
+  default 0); the ONNX ``metadata_props["feature_schema_version"]``, when present, says the same;
+* the graph's inputs are exactly ``x float32[J, S, 5]``, ``adj float32[J, S, S]``,
+  ``stage_mask``/``select_mask bool[J, S]``, ``job_mask bool[J]``, ``exec_mask bool[J, E]`` and
+  its outputs include ``stage_logits float32[J, S]`` and ``exec_logits float32[J, E]``;
+* two probe observations of different shapes give logits of their shapes, finite where the masks
+  are true.
+
+The decoding mode is the card's: ``sample`` draws from the softmaxes with a generator seeded by
+the card's seed at every ``decide()`` (so a snapshot always gets the same decision), ``argmax``
+is greedy.  A :class:`DecimaPolicy` holds that generator: use one per concurrent ``decide()``
+(:meth:`DagOnnxModel.policy` is cheap; the session is shared and thread-safe).  Inference is
+CPU-bound: call ``decide()`` off the event loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal, NoReturn, cast
+
+import numpy as np
+import onnxruntime as ort
+
+from app.domains.dag.decima import F32, DecimaObs, DecimaPolicy
+from app.domains.dag.domain import FEATURE_SCHEMA_VERSION
+from app.policy.onnx_policy import (
+    CARD_FILE,
+    METADATA_SCHEMA_KEY,
+    MODEL_FILE,
+    PolicyRefusedError,
+    RefusalReason,
+    RuntimeOptions,
+    _make_session,
+)
+
+__all__ = [
+    "DAG_DOMAIN",
+    "DECODING_MODES",
+    "INPUTS",
+    "OUTPUTS",
+    "DagOnnxModel",
+    "is_dag_card",
+    "load_dag_model",
+    "load_dag_policy",
+    "read_dag_model",
+]
+
+DAG_DOMAIN: Final = "dag"
+DECODING_MODES: Final = ("sample", "argmax")
+#: input name -> (onnxruntime type, rank)
+INPUTS: Final = {
+    "x": ("tensor(float)", 3),
+    "adj": ("tensor(float)", 3),
+    "stage_mask": ("tensor(bool)", 2),
+    "select_mask": ("tensor(bool)", 2),
+    "job_mask": ("tensor(bool)", 1),
+    "exec_mask": ("tensor(bool)", 2),
+}
+OUTPUTS: Final = {"stage_logits": ("tensor(float)", 2), "exec_logits": ("tensor(float)", 2)}
+#: (jobs, stages, executors) of the two probe observations
+PROBE_SHAPES: Final = ((2, 3, 4), (1, 1, 1))
+PROBE_SEED: Final = 20261202
+
+
+def is_dag_card(card: Any) -> bool:
+    """Whether a parsed card says ``"domain": "dag"``."""
+    return isinstance(card, dict) and card.get("domain") == DAG_DOMAIN
+
+
+def _refuse(message: str, reason: RefusalReason = RefusalReason.INVALID_CARD) -> NoReturn:
+    raise PolicyRefusedError(reason, message)
+
+
+def _parse_card(raw_bytes: bytes) -> tuple[dict[str, Any], Literal["sample", "argmax"], int]:
+    try:
+        raw = json.loads(raw_bytes)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise PolicyRefusedError(RefusalReason.INVALID_CARD, f"card.json: {exc}") from None
+    if not isinstance(raw, dict):
+        _refuse("card.json must be a JSON object")
+    for key in ("name", "version"):
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            _refuse(f"card.json needs a string {key}")
+    if raw.get("domain") != DAG_DOMAIN:
+        _refuse(f"card domain is {raw.get('domain')!r}, expected {DAG_DOMAIN!r}")
+    if raw.get("feature_schema_version") != FEATURE_SCHEMA_VERSION:
+        _refuse(
+            f"card names feature schema {raw.get('feature_schema_version')!r}, "
+            f"the encoder is {FEATURE_SCHEMA_VERSION!r}",
+            RefusalReason.SCHEMA_VERSION_MISMATCH,
+        )
+    decoding = raw.get("decoding")
+    if not isinstance(decoding, dict):
+        _refuse("card.json needs a decoding object ({'mode': 'sample' | 'argmax'})")
+    mode = decoding.get("mode")
+    if mode not in DECODING_MODES:
+        _refuse(f"card decoding.mode must be one of {list(DECODING_MODES)}, got {mode!r}")
+    seed = decoding.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        _refuse(f"card decoding.seed must be an integer >= 0, got {seed!r}")
+    return raw, cast(Literal["sample", "argmax"], mode), seed
+
+
+def _check_signature(session: ort.InferenceSession) -> None:
+    inputs = {a.name: a for a in session.get_inputs()}
+    outputs = {a.name: a for a in session.get_outputs()}
+    if sorted(inputs) != sorted(INPUTS):
+        _refuse(
+            f"inputs are {sorted(inputs)}, expected {sorted(INPUTS)}",
+            RefusalReason.SIGNATURE_MISMATCH,
+        )
+    missing = [name for name in OUTPUTS if name not in outputs]
+    if missing:
+        _refuse(
+            f"outputs are {sorted(outputs)}, missing {missing}", RefusalReason.SIGNATURE_MISMATCH
+        )
+    for name, (dtype, rank) in {**INPUTS, **OUTPUTS}.items():
+        arg = inputs[name] if name in inputs else outputs[name]
+        shape = list(arg.shape)
+        if arg.type != dtype or len(shape) != rank:
+            _refuse(
+                f"{name} is {arg.type}{shape}, expected {dtype} of rank {rank}",
+                RefusalReason.SIGNATURE_MISMATCH,
+            )
+    if list(inputs["x"].shape)[-1] != 5:
+        _refuse(
+            f"x has {list(inputs['x'].shape)[-1]!r} features per stage, the encoder makes 5",
+            RefusalReason.SIGNATURE_MISMATCH,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DagOnnxModel:
+    """A validated DAG model: its session, card, decoding mode and digest."""
+
+    session: ort.InferenceSession
+    card: dict[str, Any]
+    mode: Literal["sample", "argmax"]
+    seed: int
+    sha256: str
+    path: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.card["name"])
+
+    @property
+    def version(self) -> str:
+        return str(self.card["version"])
+
+    def logits(self, obs: DecimaObs) -> tuple[F32, F32]:
+        """``(stage_logits [J, S], exec_logits [J, E])`` of one ``dag-v1`` observation."""
+        stage, execs = self.session.run(
+            list(OUTPUTS),
+            {
+                "x": np.ascontiguousarray(obs.x, dtype=np.float32),
+                "adj": np.ascontiguousarray(obs.adj, dtype=np.float32),
+                "stage_mask": obs.stage_mask,
+                "select_mask": obs.select_mask,
+                "job_mask": obs.job_mask,
+                "exec_mask": obs.exec_mask,
+            },
+        )
+        return np.asarray(stage, dtype=np.float32), np.asarray(execs, dtype=np.float32)
+
+    def policy(self, *, seed: int | None = None) -> DecimaPolicy:
+        """A policy deciding with this model in the card's decoding mode (``seed``: the
+        sampling seed, default the card's)."""
+        return DecimaPolicy(
+            mode=self.mode,
+            seed=self.seed if seed is None else seed,
+            name=self.name,
+            scorer=self.logits,
+        )
+
+
+def _probe_obs(jobs: int, stages: int, execs: int, rng: np.random.Generator) -> DecimaObs:
+    adj = np.zeros((jobs, stages, stages), np.float32)
+    if stages > 1:
+        adj[:, 0, 1:] = 1.0  # stage 0 the parent of the others
+    select = np.zeros((jobs, stages), bool)
+    select[:, -1] = True
+    return DecimaObs(
+        x=rng.random((jobs, stages, 5), dtype=np.float32),
+        adj=adj,
+        stage_mask=np.ones((jobs, stages), bool),
+        select_mask=select,
+        job_mask=np.ones(jobs, bool),
+        exec_mask=np.ones((jobs, execs), bool),
+    )
+
+
+def _probe(model: DagOnnxModel) -> None:
+    rng = np.random.default_rng(PROBE_SEED)
+    for jobs, stages, execs in PROBE_SHAPES:
+        obs = _probe_obs(jobs, stages, execs, rng)
+        label = f"probe {jobs}x{stages}x{execs}"
+        try:
+            stage, exec_ = model.logits(obs)
+        except Exception as exc:  # onnxruntime raises assorted types
+            raise PolicyRefusedError(RefusalReason.PROBE_FAILED, f"{label}: {exc}") from exc
+        if stage.shape != (jobs, stages) or exec_.shape != (jobs, execs):
+            _refuse(
+                f"{label} gave {list(stage.shape)} and {list(exec_.shape)}",
+                RefusalReason.PROBE_FAILED,
+            )
+        finite = np.isfinite(stage[obs.select_mask]).all() and np.isfinite(exec_).all()
+        if not finite:
+            _refuse(f"{label} gave non-finite logits", RefusalReason.NON_FINITE_PROBE)
+
+
+def load_dag_model(
+    model: bytes, card: bytes, *, options: RuntimeOptions | None = None, path: Path | None = None
+) -> DagOnnxModel:
+    """Validate and load a DAG model from memory; raises :class:`PolicyRefusedError`."""
+    raw, mode, seed = _parse_card(card)
+    session = _make_session(model, options or RuntimeOptions())
+    meta = session.get_modelmeta().custom_metadata_map
+    if METADATA_SCHEMA_KEY in meta and meta[METADATA_SCHEMA_KEY] != FEATURE_SCHEMA_VERSION:
+        _refuse(
+            f"ONNX metadata names feature schema {meta[METADATA_SCHEMA_KEY]!r}, "
+            f"the encoder is {FEATURE_SCHEMA_VERSION!r}",
+            RefusalReason.SCHEMA_VERSION_MISMATCH,
+        )
+    _check_signature(session)
+    loaded = DagOnnxModel(session, raw, mode, seed, hashlib.sha256(model).hexdigest(), path)
+    _probe(loaded)
+    return loaded
+
+
+def read_dag_model(model_dir: Path, *, options: RuntimeOptions | None = None) -> DagOnnxModel:
+    """The validated model of ``model_dir`` (``policy.onnx`` + ``card.json``)."""
+    model_path, card_path = model_dir / MODEL_FILE, model_dir / CARD_FILE
+    if not model_path.is_file() or not card_path.is_file():
+        _refuse(f"{model_dir} lacks {MODEL_FILE} or {CARD_FILE}", RefusalReason.MODEL_MISSING)
+    return load_dag_model(
+        model_path.read_bytes(), card_path.read_bytes(), options=options, path=model_dir
+    )
+
+
+def load_dag_policy(
+    model_dir: Path, *, options: RuntimeOptions | None = None, seed: int | None = None
+) -> DecimaPolicy:
+    """The learned DAG policy of ``model_dir``, named by its card and decoding in the card's
+    mode; raises :class:`PolicyRefusedError`."""
+    return read_dag_model(model_dir, options=options).policy(seed=seed)
