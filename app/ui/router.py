@@ -21,6 +21,7 @@ from app.services import jobs as job_service
 from app.services import nodes as node_service
 from app.services import policies as policy_service
 from app.services import shadow as shadow_service
+from app.services import tunes as tune_service
 from app.services.context import Ctx
 from app.services.decision import DecisionService
 from app.services.errors import ServiceError
@@ -207,6 +208,9 @@ async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> 
             )
             shadow_report = await shadow_service.shadow_report(ctx, cluster_id)
             history = await decision_service.recent_details(ctx, cluster_id, limit=CHART_DECISIONS)
+        tunes = await tune_service.list_tunes(
+            _database(request), entered, cluster_id, limit=ui.UI_ROWS, cursor=None
+        )
     except ServiceError as exc:
         return _error(request, exc, entered)
     size = cluster.resources[0] if cluster.resources else "cpu"
@@ -239,6 +243,7 @@ async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> 
             "charts": views.log_charts(views.log_points(history, size)),
             "chart_decisions": len(history),
             "size_resource": size,
+            "tunes": tunes.items,
         },
     )
 

@@ -155,3 +155,10 @@ async def test_a_tune_whose_replica_stopped_fails_and_cannot_be_promoted(
         ("tune.fail", "lease_expired"),
     ]
     assert (await client.get(f"/v1/clusters/{cid}/tunes/tune_{'0' * 32}")).status_code == 404
+
+    page = await client.get(f"/ui/clusters/{cid}")
+    assert page.status_code == 200
+    assert 'data-testid="tunes"' in page.text
+    assert f'data-tune="{stale}"' in page.text
+    assert f'data-tune="{live}"' in page.text
+    assert "lease_expired" in page.text
