@@ -16,6 +16,7 @@ from app.db.session import Database
 from app.schemas.cluster import ClusterRead
 from app.schemas.decision import DecisionRead
 from app.services import clusters as cluster_service
+from app.services import dags as dag_service
 from app.services import decisions as decision_service
 from app.services import jobs as job_service
 from app.services import nodes as node_service
@@ -25,7 +26,7 @@ from app.services import tunes as tune_service
 from app.services.context import Ctx
 from app.services.decision import DecisionService
 from app.services.errors import ServiceError
-from app.ui import views
+from app.ui import dag_graph, views
 from app.ui.auth import (
     COOKIE,
     COOKIE_PATH,
@@ -244,6 +245,57 @@ async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> 
             "chart_decisions": len(history),
             "size_resource": size,
             "tunes": tunes.items,
+        },
+    )
+
+
+@router.get("/clusters/{cluster_id}/dags", response_class=HTMLResponse)
+async def dags_page(request: Request, cluster_id: str, ui: UISettingsDep) -> Response:
+    """A dag cluster's DAGs with their state and progress."""
+    entered = _enter(request)
+    if isinstance(entered, Response):
+        return entered
+    query = dict(request.query_params)
+    cursor, _ = views.page_state(query, "dags")
+    try:
+        async with _database(request).transaction(write=False) as session:
+            ctx = Ctx(session=session, tenant=entered)
+            cluster = await cluster_service.get_cluster(ctx, cluster_id)
+            page = await dag_service.list_dags(
+                ctx, cluster_id, state=None, limit=ui.UI_ROWS, cursor=cursor
+            )
+    except ServiceError as exc:
+        return _error(request, exc, entered)
+    path = f"/ui/clusters/{quote(cluster_id, safe='')}/dags"
+    links = views.page_links(path, query, "dags", page.next_cursor)
+    return _render(
+        request,
+        "dags.html",
+        {"tenant": entered, "cluster": cluster, "dags": page.items, "pages": links},
+    )
+
+
+@router.get("/clusters/{cluster_id}/dags/{dag_id}", response_class=HTMLResponse)
+async def dag_page(request: Request, cluster_id: str, dag_id: str) -> Response:
+    """One DAG: its stages and their progress drawn as a graph, and a table of them."""
+    entered = _enter(request)
+    if isinstance(entered, Response):
+        return entered
+    try:
+        async with _database(request).transaction(write=False) as session:
+            dag = await dag_service.get_dag(
+                Ctx(session=session, tenant=entered), cluster_id, dag_id
+            )
+    except ServiceError as exc:
+        return _error(request, exc, entered)
+    return _render(
+        request,
+        "dag.html",
+        {
+            "tenant": entered,
+            "cluster_id": cluster_id,
+            "dag": dag,
+            "graph": dag_graph.dag_svg(dag),
         },
     )
 
