@@ -29,12 +29,15 @@ async def gpu_cluster(
     assert r.status_code == 200, r.text
 
 
-async def submit(client: httpx.AsyncClient, cid: str, job_id: str, gpus: int, at: float, **extra):
+async def submit(
+    client: httpx.AsyncClient, cid: str, job_id: str, gpus: int, at: float, **extra: Any
+) -> dict[str, Any]:
     body = {"id": job_id, "tasks": gpus, "per_task": {"gpu": 1}, "walltime_s": 3600.0}
     body.update(submit_time=at, **extra)
     r = await client.post(f"/v1/clusters/{cid}/jobs", json=body)
     assert r.status_code == 201, r.text
-    return r.json()
+    job: dict[str, Any] = r.json()
+    return job
 
 
 async def jobs(client: httpx.AsyncClient, cid: str) -> dict[str, dict[str, Any]]:
@@ -79,13 +82,16 @@ async def check_invariants(
     return after
 
 
-async def schedule(client: httpx.AsyncClient, cid: str, now: float, **extra: Any):
+async def schedule(client: httpx.AsyncClient, cid: str, now: float, **extra: Any) -> dict[str, Any]:
     r = await client.post(f"/v1/clusters/{cid}/schedule", json={"now": now, **extra})
     assert r.status_code == 200, r.text
-    return r.json()
+    decision: dict[str, Any] = r.json()
+    return decision
 
 
-async def round_checked(client: httpx.AsyncClient, cid: str, now: float, **extra: Any):
+async def round_checked(
+    client: httpx.AsyncClient, cid: str, now: float, **extra: Any
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     before = await jobs(client, cid)
     d = await schedule(client, cid, now, explain=True, **extra)
     return d, await check_invariants(client, cid, before, d)
