@@ -281,6 +281,10 @@ async def export_history(
 # ================================================================ tune records
 
 
+#: parameters of the service's own (a path on the replica's disk), not shown to callers
+_PRIVATE_PARAMS = frozenset({"from_model"})
+
+
 def new_tune_id() -> str:
     return f"tune_{uuid.uuid4().hex}"
 
@@ -318,7 +322,7 @@ def _read(record: TuneRecord) -> TuneRead:
         created_at=epoch(record.created_at),
         started_at=record.started_at,
         finished_at=record.finished_at,
-        params=dict(record.params),
+        params={k: v for k, v in record.params.items() if k not in _PRIVATE_PARAMS},
         baseline_policy=record.baseline_policy,
         from_policy=record.params.get("from_policy"),
         history_jobs=record.history_jobs,

@@ -58,5 +58,12 @@ async def test_a_crashing_tune_program_fails_the_tune(
 ) -> None:
     monkeypatch.setattr(tunes, "WORKER_MODULE", "app.no_such_tune_worker")
     tune = await _fails_with(client, cid, "crash")
+    # tuning starts from a ranking model: a heuristic is no start
+    r = await client.post(
+        f"/v1/clusters/{cid}/tune", json={"window_length": 8, "from_policy": "sjf"}
+    )
+    assert r.status_code == 422
+    assert r.json()["error"]["code"] == "not_a_ranking_model"
+    assert r.json()["error"]["details"][0]["field"] == "body.from_policy"
     assert "exited with status 1" in tune["error"]["message"]
     assert "No module named app.no_such_tune_worker" in tune["error"]["message"]

@@ -135,8 +135,9 @@ async def test_the_guard_refuses_a_result_no_better_and_an_operator_forces_it(
     assert all(r.start == r.submit for r in ran.values())
     before = (await client.get(f"/v1/clusters/{cid}")).json()
 
-    r = await client.post(f"/v1/clusters/{cid}/tune", json=TUNE)
+    r = await client.post(f"/v1/clusters/{cid}/tune", json={**TUNE, "auto_promote": True})
     assert r.status_code == 202, r.text
+    assert "from_model" not in r.json()["params"]
     tune = await wait_tune(client, cid, r.json()["id"])
     assert tune["state"] == "succeeded", tune["error"]
     result = tune["result"]
@@ -176,10 +177,12 @@ async def test_the_guard_refuses_a_result_no_better_and_an_operator_forces_it(
         "tune.start",
         "tune.finish",
         "tune.shadow",
+        "tune.promote_refused",  # auto_promote: the guard's own attempt
         "tune.promote_refused",
         "tune.promote",
     ]
-    refused, promoted = events[3]["details"], events[4]["details"]
-    assert refused["code"] == "validation_not_better"
+    by_guard, refused, promoted = (e["details"] for e in events[3:])
+    assert (by_guard["by"], by_guard["code"]) == ("guard", "validation_not_better")
+    assert (refused["by"], refused["code"]) == ("operator", "validation_not_better")
     assert refused["guard"]["current_avg_bsld"] == refused["guard"]["candidate_avg_bsld"] == 1.0
     assert (promoted["forced"], promoted["previous_policy"]) == (True, before["policy"])
