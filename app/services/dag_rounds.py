@@ -12,9 +12,9 @@ slots are their sum, and its executors the ``up`` nodes' slots plus the slots he
 nodes. Granted slots go to the nodes first-fit in node-id order.
 
 The fallback chain: the cluster's (or the request's) policy, a DAG heuristic or a learned DAG
-model (``app.policy.dag_onnx.load_dag_policy``), decides off the event loop within the deadline;
-a missing or refused model, an error, a refused pick, a timeout or a decision that breaks an
-invariant (:func:`check_decision`) hands the round to the fallback heuristic (default ``fair``)
+model (the registry's ``app.policy.dag_onnx`` model, a fresh policy per decision), decides off
+the event loop within the deadline; a missing or refused model, an error, a refused pick, a
+timeout or a decision that breaks an invariant (:func:`check_decision`) hands the round to the fallback heuristic (default ``fair``)
 and the decision says why (:class:`~app.outcomes.FallbackReason`). A fallback decision that
 breaks an invariant is replaced by an empty one: nothing unsafe is ever applied.
 
@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import logging
 import re
-import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -99,8 +96,6 @@ __all__ = [
 
 #: the version every DAG heuristic reports
 HEURISTIC_VERSION: Final = "1"
-#: the module a learned DAG model is loaded with (``load_dag_policy(model_dir) -> DagPolicy``)
-DAG_MODEL_MODULE: Final = "app.policy.dag_onnx"
 DEFAULT_SLOT: Final = {"cpu": 1.0}
 #: runners-up listed per step of an explanation
 RUNNERS_UP: Final = 3
@@ -397,7 +392,6 @@ class _Resolved:
     version: str
     kind: str
     policy: DagPolicy | None
-    lock: threading.Lock | None = None
     reason: FallbackReason | None = None
     detail: str | None = None
 
@@ -413,13 +407,6 @@ class _Outcome:
     fallback_detail: str | None
     steps: list[dict[str, Any]] | None
     latency_ms: float
-
-
-#: learned DAG models loaded in this process, by (model directory, sha256): a factory of fresh
-#: policies (one per decision: a policy holds its sampling generator) and, for a module that
-#: only hands out one policy, the lock that keeps one decision at a time on it
-_LOADED: dict[tuple[str, str | None], tuple[Callable[[], DagPolicy], threading.Lock | None]] = {}
-_LOADED_LOCK = threading.Lock()
 
 
 def _base(name: str) -> str:
@@ -439,31 +426,6 @@ def _heuristic(name: str, alpha: float) -> DagPolicy:
     return get_heuristic(base)
 
 
-def _load_model(
-    path: Path, sha256: str | None
-) -> tuple[Callable[[], DagPolicy], threading.Lock | None]:
-    """The model of ``path`` through :data:`DAG_MODEL_MODULE`: ``read_dag_model(dir)`` (a model
-    whose ``policy()`` makes a fresh policy per decision) when it has one, else
-    ``load_dag_policy(dir)`` (one policy, used under a lock)."""
-    key = (str(path), sha256)
-    with _LOADED_LOCK:
-        found = _LOADED.get(key)
-    if found is not None:
-        return found
-    module = importlib.import_module(DAG_MODEL_MODULE)
-    entry: tuple[Callable[[], DagPolicy], threading.Lock | None]
-    if hasattr(module, "read_dag_model"):
-        model = module.read_dag_model(path)
-        entry = (model.policy, None)
-    else:
-        single = module.load_dag_policy(path)
-        entry = (lambda: single, threading.Lock())
-    if not isinstance(entry[0](), DagPolicy):
-        raise TypeError(f"{DAG_MODEL_MODULE} gave no DAG policy for {path}")
-    with _LOADED_LOCK:
-        return _LOADED.setdefault(key, entry)
-
-
 async def _resolve(
     name: str, alpha: float, decisions: DecisionService, tenant: str | None
 ) -> _Resolved:
@@ -477,44 +439,28 @@ async def _resolve(
     entry = decisions.pipeline.registry.find_or_load(decisions.resolve_spec(name, tenant))
     if entry is None:
         return _Resolved(info.name, info.version, "onnx", None, reason=FallbackReason.MODEL_MISSING)
-    try:
-        make, lock = await anyio.to_thread.run_sync(_load_model, entry.path, entry.sha256)
-        policy = make()
-    except ImportError as exc:
-        return _Resolved(
-            entry.name,
-            entry.version,
-            "onnx",
-            None,
-            reason=FallbackReason.MODEL_MISSING,
-            detail=f"no DAG model runtime: {exc}",
-        )
-    except Exception as exc:
+    if entry.dag is None:
         return _Resolved(
             entry.name,
             entry.version,
             "onnx",
             None,
             reason=FallbackReason.MODEL_REFUSED,
-            detail=f"{type(exc).__name__}: {exc}",
+            detail=f"{entry.reason}: {entry.message}",
         )
-    return _Resolved(entry.name, entry.version, "onnx", policy, lock)
+    # a fresh policy per decision (it holds its sampling generator); the session is shared
+    return _Resolved(entry.name, entry.version, "onnx", entry.dag.policy())
 
 
 def _run(
     state: DagClusterState,
     policy: DagPolicy,
-    lock: threading.Lock | None,
     explain: bool,
     stage_ids: Mapping[str, tuple[str, ...]],
 ) -> tuple[DagDecision, list[dict[str, Any]] | None]:
     """One domain decision (in a worker thread)."""
     explainer = _Explainer(policy, stage_ids) if explain else None
-    if lock is None:
-        decision = DOMAIN.decide(state, explainer or policy)
-    else:
-        with lock:
-            decision = DOMAIN.decide(state, explainer or policy)
+    decision = DOMAIN.decide(state, explainer or policy)
     return decision, None if explainer is None else explainer.steps
 
 
@@ -548,7 +494,6 @@ async def decide_dag(
                     _run,
                     state,
                     primary.policy,
-                    primary.lock,
                     explain,
                     stage_ids,
                     abandon_on_cancel=True,
@@ -576,7 +521,7 @@ async def decide_dag(
             reason, detail = FallbackReason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"
     name = fallback if is_dag_heuristic(fallback) else DOMAIN.default_fallback
     decision, steps = await anyio.to_thread.run_sync(
-        _run, state, _heuristic(name, alpha), None, explain, stage_ids
+        _run, state, _heuristic(name, alpha), explain, stage_ids
     )
     problems = check_decision(state, decision)
     if problems:

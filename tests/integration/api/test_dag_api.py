@@ -180,7 +180,9 @@ class TestSubmission:
         assert r.status_code == 422
         assert r.json()["error"]["details"][0]["field"] == "body.id"
 
-    async def test_dags_live_on_dag_clusters_only(self, client: httpx.AsyncClient, cid: str) -> None:
+    async def test_dags_live_on_dag_clusters_only(
+        self, client: httpx.AsyncClient, cid: str
+    ) -> None:
         assert (await client.put(f"/v1/clusters/{cid}", json=cluster_body())).status_code == 201
         r = await client.post(f"/v1/clusters/{cid}/dags", json=wide_dag("w"))
         assert r.status_code == 409
@@ -256,9 +258,7 @@ class TestEvents:
         )
         assert r.status_code == 409
         assert r.json()["error"]["details"][0]["field"] == "body.slots"
-        r = await client.post(
-            f"/v1/clusters/{cid}/jobs/w:only/events", json={"type": "finished"}
-        )
+        r = await client.post(f"/v1/clusters/{cid}/jobs/w:only/events", json={"type": "finished"})
         assert r.status_code == 409
         st = (await client.get(f"/v1/clusters/{cid}/dags/w")).json()["stages"][0]
         assert (st["launched"], st["finished"], st["running_slots"]) == (2, 0, 2)
