@@ -24,7 +24,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NotRequired, Required, get_args, get_origin
+from typing import Any, Literal, NotRequired, Required, get_args, get_origin
 
 import httpx
 import kairos_client
@@ -50,6 +50,8 @@ SAMPLE_CALLS: dict[str, Callable[[Client], object]] = {
         placement="best_fit",
         shadow_policy="sjf",
         labels={"a": "b"},
+        domain="gpu",
+        gpu={"restart_cost_s": 10.0, "las_thresholds_gpu_s": [100.0], "placement": "most-free"},
     ),
     "clusters.retrieve": lambda c: c.clusters.retrieve("c1"),
     "clusters.list": lambda c: c.clusters.list(limit=5),
@@ -77,6 +79,8 @@ SAMPLE_CALLS: dict[str, Callable[[Client], object]] = {
         queue="q",
         depends_on=["j0"],
         labels={"a": "b"},
+        min_tasks=1,
+        max_tasks=4,
     ),
     "jobs.submit_many": lambda c: c.jobs.submit_many(
         "c1", [{"id": "j1", "per_task": {"cpu": 1}, "walltime_s": 1.0}]
@@ -150,6 +154,33 @@ SAMPLE_CALLS: dict[str, Callable[[Client], object]] = {
         explain=True,
         deadline_ms=5.0,
     ),
+    "decide_gpu": lambda c: c.decide_gpu(
+        now=1.0,
+        nodes=[{"id": "n1", "gpus": 4, "state": "up"}],
+        jobs=[
+            {
+                "id": "j1",
+                "arrival": 0.0,
+                "min_gpus": 1,
+                "max_gpus": 2,
+                "tenant": "t",
+                "app": "bert",
+                "estimate_s": 10.0,
+                "allocation": [{"node_id": "n1", "gpus": 1}],
+                "attained_gpu_s": 1.0,
+                "executed_s": 1.0,
+                "starts": 1,
+                "preemptions": 0,
+                "restart_left_s": 0.0,
+                "labels": {"a": "b"},
+            }
+        ],
+        policy="las",
+        fallback="las",
+        gpu={"restart_cost_s": 30.0},
+        explain=True,
+        deadline_ms=5.0,
+    ),
 }
 
 #: SDK TypedDict parameters and the request-body property that carries them.
@@ -158,6 +189,7 @@ NESTED_PARAMS: list[tuple[str, tuple[str, ...], type[Any]]] = [
     ("jobs.submit_many", ("jobs", "[]"), kairos_client.types.JobSpecParam),
     ("dags.submit", ("stages", "[]"), kairos_client.types.StageSpecParam),
     ("decide", ("nodes", "[]"), kairos_client.types.SnapshotNodeParam),
+    ("decide_gpu", ("jobs", "[]"), kairos_client.types.GpuJobParam),
     ("decide", ("pending", "[]"), kairos_client.types.JobSpecParam),
     ("decide", ("running", "[]"), kairos_client.types.RunningJobParam),
 ]
@@ -439,11 +471,17 @@ def _strip_not_given(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
+#: Body fields an SDK method always sends with one value (not an argument of the method).
+CONSTANT_BODY_FIELDS: dict[str, dict[str, Any]] = {
+    "decide_gpu": {"domain": Required[Literal["gpu"]]},
+}
+
+
 def body_params(name: str, path_param_count: int) -> type[Any]:
     """A ``TypedDict`` of the body arguments an SDK method takes (required ones ``Required``)."""
     method = sdk_method(name)
     hints = typing.get_type_hints(method)
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = dict(CONSTANT_BODY_FIELDS.get(name, {}))
     params = [
         p for p in inspect.signature(method).parameters.values() if p.name not in TRANSPORT_PARAMS
     ]

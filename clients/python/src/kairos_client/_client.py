@@ -46,6 +46,7 @@ from kairos_client.resources import (
     Tunes,
 )
 from kairos_client.types.decision import Decision
+from kairos_client.types.gpu import GpuJobParam, GpuNodeParam, GpuSettingsParam
 from kairos_client.types.params import JobSpecParam, RunningJobParam, SnapshotNodeParam
 
 __all__ = ["AsyncClient", "Client"]
@@ -78,6 +79,37 @@ def _decide_options(
             "fallback": fallback,
             "backfill": backfill,
             "placement": placement,
+            "explain": explain,
+            "deadline_ms": deadline_ms,
+        }
+    )
+    return RequestOptions(
+        "POST", "/v1/decide", json=body, timeout=timeout, idempotency_key=idempotency_key
+    )
+
+
+def _decide_gpu_options(
+    *,
+    now: float,
+    nodes: Sequence[GpuNodeParam],
+    jobs: Sequence[GpuJobParam],
+    policy: str | NotGiven,
+    fallback: str | NotGiven,
+    gpu: GpuSettingsParam | NotGiven,
+    explain: bool | NotGiven,
+    deadline_ms: float | NotGiven,
+    timeout: Timeout | NotGiven,
+    idempotency_key: str | NotGiven,
+) -> RequestOptions:
+    body = strip_not_given(
+        {
+            "domain": "gpu",
+            "now": now,
+            "nodes": plain(list(nodes)),
+            "jobs": plain(list(jobs)),
+            "policy": policy,
+            "fallback": fallback,
+            "gpu": plain(gpu),
             "explain": explain,
             "deadline_ms": deadline_ms,
         }
@@ -224,6 +256,38 @@ class Client(SyncAPIClient):
         )
         return self.parse_model(Decision, self.request(options))
 
+    def decide_gpu(
+        self,
+        *,
+        now: float,
+        nodes: Sequence[GpuNodeParam],
+        jobs: Sequence[GpuJobParam] = (),
+        policy: str | NotGiven = NOT_GIVEN,
+        fallback: str | NotGiven = NOT_GIVEN,
+        gpu: GpuSettingsParam | NotGiven = NOT_GIVEN,
+        explain: bool | NotGiven = NOT_GIVEN,
+        deadline_ms: float | NotGiven = NOT_GIVEN,
+        timeout: Timeout | NotGiven = NOT_GIVEN,
+        idempotency_key: str | NotGiven = NOT_GIVEN,
+    ) -> Decision:
+        """Stateless decision over a GPU snapshot (``POST /v1/decide`` with ``domain: "gpu"``):
+        GPU nodes and the active jobs with their service so far. The answer's ``allocations``
+        start pending jobs, ``resizes`` give running elastic jobs new allocations and
+        ``preemptions`` stop running jobs; ``tasks`` count GPUs."""
+        options = _decide_gpu_options(
+            now=now,
+            nodes=nodes,
+            jobs=jobs,
+            policy=policy,
+            fallback=fallback,
+            gpu=gpu,
+            explain=explain,
+            deadline_ms=deadline_ms,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        )
+        return self.parse_model(Decision, self.request(options))
+
     def health(self, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> Mapping[str, object]:
         """``GET /readyz`` once (no retries): ``{"database", "queue", "policies"}`` each ``ok``,
         ``degraded`` or ``down``. A 503 (not ready) returns its body too; it is an answer."""
@@ -362,6 +426,35 @@ class AsyncClient(AsyncAPIClient):
             fallback=fallback,
             backfill=backfill,
             placement=placement,
+            explain=explain,
+            deadline_ms=deadline_ms,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        )
+        return self.parse_model(Decision, await self.request(options))
+
+    async def decide_gpu(
+        self,
+        *,
+        now: float,
+        nodes: Sequence[GpuNodeParam],
+        jobs: Sequence[GpuJobParam] = (),
+        policy: str | NotGiven = NOT_GIVEN,
+        fallback: str | NotGiven = NOT_GIVEN,
+        gpu: GpuSettingsParam | NotGiven = NOT_GIVEN,
+        explain: bool | NotGiven = NOT_GIVEN,
+        deadline_ms: float | NotGiven = NOT_GIVEN,
+        timeout: Timeout | NotGiven = NOT_GIVEN,
+        idempotency_key: str | NotGiven = NOT_GIVEN,
+    ) -> Decision:
+        """Stateless decision over a GPU snapshot (see :meth:`Client.decide_gpu`)."""
+        options = _decide_gpu_options(
+            now=now,
+            nodes=nodes,
+            jobs=jobs,
+            policy=policy,
+            fallback=fallback,
+            gpu=gpu,
             explain=explain,
             deadline_ms=deadline_ms,
             timeout=timeout,

@@ -10,6 +10,7 @@ from kairos_client._resource import AsyncAPIResource, SyncAPIResource, path
 from kairos_client._types import NOT_GIVEN, NotGiven, Timeout, strip_not_given
 from kairos_client.types.cluster import Cluster
 from kairos_client.types.decision import Decision
+from kairos_client.types.gpu import GpuSettingsParam
 from kairos_client.types.shadow import ShadowReport
 
 __all__ = ["AsyncClusters", "Clusters"]
@@ -29,9 +30,13 @@ def _upsert(
     shadow_policy: str | NotGiven | None,
     labels: Mapping[str, str] | NotGiven,
     timeout: Timeout | NotGiven,
+    domain: Literal["hpc", "gpu", "dag"] | NotGiven = NOT_GIVEN,
+    gpu: GpuSettingsParam | NotGiven = NOT_GIVEN,
 ) -> RequestOptions:
     body = strip_not_given(
         {
+            "domain": domain,
+            "gpu": plain(gpu),
             "resources": list(resources),
             "name": name,
             "policy": policy,
@@ -89,13 +94,17 @@ class Clusters(SyncAPIResource):
         placement: PlacementName | NotGiven = NOT_GIVEN,
         shadow_policy: str | NotGiven | None = NOT_GIVEN,
         labels: Mapping[str, str] | NotGiven = NOT_GIVEN,
+        domain: Literal["hpc", "gpu", "dag"] | NotGiven = NOT_GIVEN,
+        gpu: GpuSettingsParam | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
     ) -> Cluster:
         """Create the cluster, or replace its configuration (``PUT /v1/clusters/{id}``).
 
         ``policy`` is ``"<name>[@version]"`` of a learned or heuristic policy; ``fallback`` the
         heuristic used when the policy cannot answer in time; ``shadow_policy`` one whose
-        choices are recorded next to each decision but never applied.
+        choices are recorded next to each decision but never applied. ``domain`` (``hpc`` by
+        default, fixed at creation) chooses the rules; a ``gpu`` cluster takes ``gpu`` settings
+        (restart cost, 2D-LAS thresholds, placement).
         """
         options = _upsert(
             cluster_id,
@@ -108,6 +117,8 @@ class Clusters(SyncAPIResource):
             shadow_policy=shadow_policy,
             labels=labels,
             timeout=timeout,
+            domain=domain,
+            gpu=gpu,
         )
         return self._client.parse_model(Cluster, self._client.request(options))
 
@@ -182,6 +193,8 @@ class AsyncClusters(AsyncAPIResource):
         placement: PlacementName | NotGiven = NOT_GIVEN,
         shadow_policy: str | NotGiven | None = NOT_GIVEN,
         labels: Mapping[str, str] | NotGiven = NOT_GIVEN,
+        domain: Literal["hpc", "gpu", "dag"] | NotGiven = NOT_GIVEN,
+        gpu: GpuSettingsParam | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
     ) -> Cluster:
         """Create the cluster, or replace its configuration (``PUT /v1/clusters/{id}``)."""
@@ -196,6 +209,8 @@ class AsyncClusters(AsyncAPIResource):
             shadow_policy=shadow_policy,
             labels=labels,
             timeout=timeout,
+            domain=domain,
+            gpu=gpu,
         )
         return self._client.parse_model(Cluster, await self._client.request(options))
 

@@ -80,6 +80,8 @@ def _spec(
     queue: str | NotGiven,
     depends_on: Sequence[str] | NotGiven,
     labels: Mapping[str, str] | NotGiven,
+    min_tasks: int | NotGiven = NOT_GIVEN,
+    max_tasks: int | NotGiven = NOT_GIVEN,
 ) -> dict[str, object]:
     return {
         "id": id,
@@ -92,6 +94,8 @@ def _spec(
         "queue": queue,
         "depends_on": depends_on,
         "labels": labels,
+        "min_tasks": min_tasks,
+        "max_tasks": max_tasks,
     }
 
 
@@ -112,13 +116,16 @@ class Jobs(SyncAPIResource):
         queue: str | NotGiven = NOT_GIVEN,
         depends_on: Sequence[str] | NotGiven = NOT_GIVEN,
         labels: Mapping[str, str] | NotGiven = NOT_GIVEN,
+        min_tasks: int | NotGiven = NOT_GIVEN,
+        max_tasks: int | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,
     ) -> Job:
         """Submit a job (``tasks`` copies of ``per_task``, all started together).
 
         Submitting the same id with the same body again returns the same job; a different body
-        raises :class:`~kairos_client.ConflictError`.
+        raises :class:`~kairos_client.ConflictError`. On a gpu cluster a job is ``tasks`` GPUs
+        (``per_task={"gpu": 1}``); ``min_tasks``/``max_tasks`` make it elastic.
         """
         spec = _spec(
             id=id,
@@ -131,6 +138,8 @@ class Jobs(SyncAPIResource):
             queue=queue,
             depends_on=depends_on,
             labels=labels,
+            min_tasks=min_tasks,
+            max_tasks=max_tasks,
         )
         options = _submit(cluster_id, spec, timeout=timeout, idempotency_key=idempotency_key)
         return self._client.parse_model(Job, self._client.request(options))
@@ -231,6 +240,8 @@ class AsyncJobs(AsyncAPIResource):
         queue: str | NotGiven = NOT_GIVEN,
         depends_on: Sequence[str] | NotGiven = NOT_GIVEN,
         labels: Mapping[str, str] | NotGiven = NOT_GIVEN,
+        min_tasks: int | NotGiven = NOT_GIVEN,
+        max_tasks: int | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,
     ) -> Job:
@@ -246,6 +257,8 @@ class AsyncJobs(AsyncAPIResource):
             queue=queue,
             depends_on=depends_on,
             labels=labels,
+            min_tasks=min_tasks,
+            max_tasks=max_tasks,
         )
         options = _submit(cluster_id, spec, timeout=timeout, idempotency_key=idempotency_key)
         return self._client.parse_model(Job, await self._client.request(options))

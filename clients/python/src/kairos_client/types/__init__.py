@@ -12,6 +12,14 @@ from kairos_client.types.decision import (
     Reservation,
     Shadow,
 )
+from kairos_client.types.gpu import (
+    GpuJobParam,
+    GpuNodeParam,
+    GpuPlacementParam,
+    GpuService,
+    GpuSettings,
+    GpuSettingsParam,
+)
 from kairos_client.types.job import Job, JobEventType, JobState, JobWarning
 from kairos_client.types.node import Node
 from kairos_client.types.params import (
@@ -46,6 +54,12 @@ __all__ = [
     "Decision",
     "DecisionDetail",
     "Fallback",
+    "GpuJobParam",
+    "GpuNodeParam",
+    "GpuPlacementParam",
+    "GpuService",
+    "GpuSettings",
+    "GpuSettingsParam",
     "Job",
     "JobEventType",
     "JobSpecParam",

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from kairos_client._models import BaseModel
+from kairos_client.types.gpu import GpuSettings
 
 
 class Cluster(BaseModel):
@@ -15,6 +16,8 @@ class Cluster(BaseModel):
 
     id: str
     name: str | None = None
+    domain: str = "hpc"
+    """``hpc``, ``gpu`` or ``dag``: the rules that decide the cluster (fixed at creation)."""
     resources: list[str]
     policy: str
     fallback: str
@@ -38,3 +41,5 @@ class Cluster(BaseModel):
     free: dict[str, float] = Field(default_factory=dict[str, float])
     pending_jobs: int = 0
     running_jobs: int = 0
+    gpu: GpuSettings | None = None
+    """gpu clusters: restart cost, 2D-LAS thresholds and placement."""

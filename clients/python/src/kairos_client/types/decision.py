@@ -65,6 +65,10 @@ class Decision(BaseModel):
     dry_run: bool = False
     explain: dict[str, Any] | None = None
     shadow: Shadow | None = None
+    preemptions: list[str] = Field(default_factory=list[str])
+    """gpu clusters: running jobs this decision stops (they return to pending)."""
+    resizes: list[Allocation] = Field(default_factory=list[Allocation])
+    """gpu clusters: running elastic jobs' whole new allocations (``tasks`` = GPUs)."""
     #: False when ``decide`` answered while the service's database was unavailable: the
     #: decision is valid but not in the decision log (``decisions.retrieve`` will not find it).
     stored: bool = True

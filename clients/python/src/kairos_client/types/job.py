@@ -5,6 +5,7 @@ from typing import Literal, TypeAlias
 from pydantic import Field
 
 from kairos_client._models import BaseModel
+from kairos_client.types.gpu import GpuService
 from kairos_client.types.shared import Placement
 
 JobState: TypeAlias = Literal["pending", "running", "finished", "failed", "cancelled"]
@@ -45,3 +46,9 @@ class Job(BaseModel):
     """The decision that started the job (``None`` while pending)."""
     warnings: list[JobWarning] = Field(default_factory=list[JobWarning])
     """For a pending job: why it cannot run on any of the cluster's current nodes."""
+    min_tasks: int | None = None
+    """gpu clusters: an elastic job's fewest tasks (GPUs)."""
+    max_tasks: int | None = None
+    """gpu clusters: an elastic job's most tasks (GPUs)."""
+    service: GpuService | None = None
+    """gpu clusters: attained GPU-seconds, executed seconds, starts and preemptions."""

@@ -36,6 +36,10 @@ class JobSpecParam(TypedDict, total=False):
     queue: str
     depends_on: Sequence[str]
     labels: Mapping[str, str]
+    min_tasks: int
+    """gpu clusters, elastic jobs: the fewest tasks (GPUs) it runs with (default ``tasks``)."""
+    max_tasks: int
+    """gpu clusters, elastic jobs: the most tasks (GPUs) it may be given."""
 
 
 class SnapshotNodeParam(TypedDict, total=False):
