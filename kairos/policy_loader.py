@@ -20,7 +20,11 @@ dispatcher package (which may import both), provides that loader:
   versioned by its card; a path that is not such a directory is an error naming the path;
 * a directory whose ``card.json`` is a heuristic card (``kairos tune``'s output when a heuristic
   won, :mod:`app.tuning.card`) is the heuristic it recommends;
-* a model that exists but is refused is an error naming the reason, not "unknown policy".
+* a model that exists but is refused is an error naming the reason, not "unknown policy";
+* ``kairos evaluate --domain gpu`` resolves learned GPU policies through
+  :func:`gpu_policy_loader` the same way (a ``"domain": "gpu"`` model by name or directory,
+  :func:`app.policy.gpu_onnx.load_gpu_model`'s validation), giving the
+  :class:`~app.domains.gpu.learned.ScoredPolicy` that ``app.domains.gpu.decide`` walks.
 
 :func:`register` is called by :mod:`kairos.cli` before it dispatches ``evaluate``.  Sessions are
 cached per process (a forked ``--workers`` child loads its own instead of reusing its parent's).
@@ -33,8 +37,10 @@ import os
 import threading
 from pathlib import Path
 
+from app.domains.gpu.learned import ScoredPolicy
 from app.domains.hpc.heuristics import get_heuristic
 from app.domains.hpc.policy import OrderingPolicy
+from app.policy.gpu_onnx import is_gpu_card, load_gpu_model
 from app.policy.onnx_policy import (
     CARD_FILE,
     MODEL_FILE,
@@ -46,6 +52,7 @@ from app.policy.registry import PACKAGED_MODELS, PolicyRegistry, check_card_dept
 from app.settings import Settings
 from app.tuning.card import HeuristicCardError, is_heuristic_card, recommended_heuristic
 from sim.evaluate import UnknownPolicyError, register_policy_loader
+from sim.gpu_evaluate import GpuPolicyRefusedError, register_gpu_policy_loader
 
 _lock = threading.Lock()
 _registries: dict[tuple[int, Path, RuntimeOptions, Path | None], PolicyRegistry] = {}
@@ -167,6 +174,59 @@ def onnx_policy_loader(name: str) -> OnnxPolicy | OrderingPolicy | None:
     return load_policy(name)
 
 
+def _gpu_model_dir(path: Path, options: RuntimeOptions) -> ScoredPolicy:
+    missing = [f for f in (MODEL_FILE, CARD_FILE) if not (path / f).is_file()]
+    if not path.is_dir() or missing:
+        what = "no such model directory" if not path.is_dir() else f"lacks {' and '.join(missing)}"
+        raise GpuPolicyRefusedError(f"policy {str(path)!r}: {what}")
+    model, card = (path / MODEL_FILE).read_bytes(), (path / CARD_FILE).read_bytes()
+    try:
+        check_card_depth(card)
+        return load_gpu_model(model, card, options=options, path=path).policy()
+    except PolicyRefusedError as exc:
+        raise GpuPolicyRefusedError(
+            f"policy {str(path)!r}: the model in {path} was refused ({exc.reason.value}): "
+            f"{exc.message}"
+        ) from exc
+
+
+def load_gpu_policy_spec(
+    name: str, *, models_dir: Path | None = None, settings: Settings | None = None
+) -> ScoredPolicy | None:
+    """The learned GPU policy ``name`` / ``name@version`` / a model directory path names,
+    ``None`` if no such model exists (or it is an HPC model).
+
+    Raises :class:`~sim.gpu_evaluate.GpuPolicyRefusedError` when a GPU model exists but was
+    refused, or when a path is not a GPU model directory."""
+    conf = settings if settings is not None else Settings()
+    spec = name.strip()
+    if not spec:
+        return None
+    options = runtime_options(conf)
+    if is_path_spec(spec):
+        return _gpu_model_dir(Path(spec).expanduser(), options)
+    directory = models_dir if models_dir is not None else Path(conf.MODELS_DIR)
+    packaged = PACKAGED_MODELS if conf.SHIPPED_MODELS else None
+    entry = _registry(directory, options, packaged).find_or_load(spec, retry_after_s=0.0)
+    if entry is None:
+        return _gpu_model_dir(Path(spec), options) if Path(spec).is_dir() else None
+    if entry.gpu is not None:
+        return entry.gpu.policy()
+    if is_gpu_card(entry.card):
+        reason = entry.reason.value if entry.reason is not None else "refused"
+        raise GpuPolicyRefusedError(
+            f"policy {name!r}: the model {entry.name}@{entry.version} in {entry.path} was "
+            f"refused ({reason}): {entry.message}"
+        )
+    return None
+
+
+def gpu_policy_loader(name: str) -> ScoredPolicy | None:
+    """The :data:`sim.gpu_evaluate.GpuPolicyLoader` (settings read from the environment)."""
+    return load_gpu_policy_spec(name)
+
+
 def register() -> None:
-    """Make ``kairos evaluate --policies`` accept ONNX policy names (idempotent)."""
+    """Make ``kairos evaluate --policies`` accept ONNX policy names, HPC and GPU (idempotent)."""
     register_policy_loader(onnx_policy_loader)
+    register_gpu_policy_loader(gpu_policy_loader)

@@ -10,6 +10,12 @@ Workload files (CSV with a header row), detected by their columns:
 One JSON row per (workload, policy): ``workload`` (file stem), ``semantics``, ``policy``,
 ``avg_jct_s``, ``p50_jct_s``, ``p99_jct_s``, ``makespan_s``, ``gpu_utilization``,
 ``preemptions`` and ``jcts_s`` (every job's JCT, in the file's row order).
+
+``--policies`` takes heuristic names and learned GPU policies: a shipped model's name
+(``gpu-v1``, ``gpu-v1@1``) or a model directory path, resolved by a registered GPU policy loader
+(:func:`register_gpu_policy_loader`; ``kairos evaluate`` registers the one of
+:mod:`kairos.policy_loader`, since this package may not import ``app.policy``). A learned policy
+decides through the same ``decide()`` walk as the heuristics under every semantics.
 """
 
 from __future__ import annotations
@@ -18,17 +24,29 @@ import argparse
 import csv
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.domains.gpu.heuristics import heuristic_names
+from app.domains.gpu.learned import ScoredPolicy
 from app.domains.gpu.metrics import RunResult, summary
 from app.domains.gpu.simulate import COMPAT_ALIASES, Semantics, SimJob, simulate
 from app.kernel.errors import UnknownHeuristicError
 
-__all__ = ["WorkloadFormatError", "build_parser", "evaluate_gpu", "main", "read_workload"]
+__all__ = [
+    "GpuPolicyLoader",
+    "GpuPolicyRefusedError",
+    "UnknownGpuPolicyError",
+    "WorkloadFormatError",
+    "build_parser",
+    "evaluate_gpu",
+    "main",
+    "read_workload",
+    "register_gpu_policy_loader",
+    "resolve_policy",
+]
 
 POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 RIGID_COLUMNS = ("name", "time", "num_gpus", "duration")
@@ -37,6 +55,41 @@ REPORT_MD = "report.md"
 
 class WorkloadFormatError(ValueError):
     """A workload file that is neither Pollux's format nor the rigid one."""
+
+
+class UnknownGpuPolicyError(ValueError):
+    """A ``--policies`` entry that is no heuristic and that no GPU policy loader knows (or one
+    whose model was refused)."""
+
+
+class GpuPolicyRefusedError(UnknownGpuPolicyError):
+    """A loader found the model but cannot use it (refused, or a path that is no model
+    directory); the message names why."""
+
+
+#: a learned GPU policy by name or model directory path; ``None``: not known to this loader
+GpuPolicyLoader = Callable[[str], ScoredPolicy | None]
+_loaders: list[GpuPolicyLoader] = []
+
+
+def register_gpu_policy_loader(loader: GpuPolicyLoader) -> None:
+    """Add a resolver of learned GPU policy names (idempotent)."""
+    if loader not in _loaders:
+        _loaders.append(loader)
+
+
+def resolve_policy(spec: str) -> str | ScoredPolicy:
+    """A heuristic's name as it is, else the learned policy a registered loader finds."""
+    if spec in heuristic_names() or spec in COMPAT_ALIASES:
+        return spec
+    for loader in _loaders:
+        found = loader(spec)
+        if found is not None:
+            return found
+    hint = "no GPU policy loader is registered" if not _loaders else "no loader knows it"
+    raise UnknownGpuPolicyError(
+        f"unknown policy {spec!r}: not a heuristic ({', '.join(heuristic_names())}) and {hint}"
+    )
 
 
 def read_workload(path: Path) -> tuple[str, list[SimJob]]:
@@ -99,6 +152,7 @@ def evaluate_gpu(
         from sim.gpu_data import load_applications
 
         apps = load_applications()
+    resolved = {p: resolve_policy(p) for p in policies}
     rows: list[dict[str, Any]] = []
     runs: dict[tuple[str, str], RunResult] = {}
     for path in workloads:
@@ -110,7 +164,12 @@ def evaluate_gpu(
             )
         for policy in policies:
             res = simulate(
-                jobs, policy, semantics, nodes=nodes, gpus_per_node=gpus_per_node, apps=apps
+                jobs,
+                resolved[policy],
+                semantics,
+                nodes=nodes,
+                gpus_per_node=gpus_per_node,
+                apps=apps,
             )
             runs[(path.stem, policy)] = res
             rows.append(
@@ -139,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--policies",
         required=True,
         help=f"comma-separated: {','.join(heuristic_names())}; under pollux-compat also the "
-        "artifact's own tiresias and optimus",
+        "artifact's own tiresias and optimus; a learned GPU policy's name (gpu-v1) or model "
+        "directory",
     )
     p.add_argument("--seed", type=int, default=0, help="accepted for symmetry; runs are seedless")
     p.add_argument("--json", type=Path, help="write the result rows here (JSON)")
@@ -148,13 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _policies(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, ...]:
-    policies = tuple(p.strip().lower() for p in args.policies.split(",") if p.strip())
+    policies = tuple(_spec(p) for p in args.policies.split(",") if p.strip())
     if not policies:
         parser.error("--policies names no policy")
     known = set(heuristic_names())
     if args.semantics == Semantics.POLLUX_COMPAT.value:
         known |= set(COMPAT_ALIASES)
-    unknown = [p for p in policies if p not in known]
+    unknown = _unknown(parser, policies, known)
     if unknown:
         parser.error(
             f"--policies: unknown under {args.semantics}: {', '.join(unknown)} "
@@ -170,6 +230,30 @@ def _policies(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
     if args.json is None and args.report is None:
         parser.error("give --json FILE (the result rows), --report DIR (a Markdown report) or both")
     return policies
+
+
+def _unknown(
+    parser: argparse.ArgumentParser, policies: Sequence[str], known: set[str]
+) -> list[str]:
+    """The entries neither a heuristic nor a learned policy (a refused model: an error)."""
+    unknown = []
+    for p in policies:
+        if p in known:
+            continue
+        try:
+            if isinstance(resolve_policy(p), str):  # a heuristic not of these semantics
+                unknown.append(p)
+        except GpuPolicyRefusedError as exc:
+            parser.error(f"--policies: {exc}")
+        except UnknownGpuPolicyError:
+            unknown.append(p)
+    return unknown
+
+
+def _spec(raw: str) -> str:
+    """A heuristic's name lowercased; a model name or path as given."""
+    p = raw.strip()
+    return p.lower() if p.lower() in heuristic_names() or p.lower() in COMPAT_ALIASES else p
 
 
 def text_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -203,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             nodes=args.nodes,
             gpus_per_node=args.gpus_per_node,
         )
-    except (WorkloadFormatError, UnknownHeuristicError, ValueError) as exc:
+    except (WorkloadFormatError, UnknownHeuristicError, UnknownGpuPolicyError, ValueError) as exc:
         print(f"kairos evaluate: error: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     if args.json is not None:

@@ -1,0 +1,715 @@
+"""PPO for the learned GPU policy ``gpu-v1`` (spec section 8.1), single file, cleanrl style.
+
+* **Env**: :class:`app.domains.gpu.env.GpuSchedulingEnv` (the domain's event simulator and
+  ``decide()``), ``kairos`` semantics on 16 x 4 GPUs by default. Each episode is a workload of
+  160 jobs generated with the Pollux generator's semantics from the Philly weeks 0-9
+  (:mod:`app.domains.gpu.philly`), its jobs rigid with their consolidated run time.
+* **Policy**: a per-row kernel MLP (F -> 64 -> 32 -> 1, tanh) scores every candidate row; the
+  value is an MLP over the masked mean and max of a second per-row MLP's embeddings.
+* **Action sampling**: Plackett-Luce: repeatedly one row from the softmax over the rows that
+  still fit the GPUs left (by count, as ``decide()`` admits), until none fits; log-prob = the sum
+  of the draws' log-probs. The sampled order becomes the env's scores, so ``decide()``'s walk
+  admits exactly that prefix. Greedy at evaluation: ``decide()`` walks the raw logits. There is
+  no learned "stop" (every round is work-conserving).
+* **Reward**: the env's ``-(jobs in the system) x dt / 3600 s`` (its sum is ``-sum JCT / 3600``).
+* **Warm start**: optional behaviour cloning of a heuristic's walk (``--bc-episodes``).
+* **Selection**: the checkpoint kept is the best mean JCT on validation workloads generated from
+  weeks 10-11; weeks 12-15 and the 8 Pollux evaluation workloads are never read.
+* **Export**: :func:`build_onnx` writes the graph node by node (``obs float32[B, K, F]``,
+  ``mask bool[B, K]`` -> ``logits float32[B, K]`` masked to -1e9, ``value float32[B]``; opset
+  17; ``metadata_props["feature_schema_version"]``), plus ``card.json``.
+
+    nice -n 10 python -m training.gpu_ppo --total-minutes 30 --out models/gpu-v1/1
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+import torch
+import tyro
+from onnx import TensorProto, helper, numpy_helper
+from torch import nn
+
+from app.domains.gpu.encoding import (
+    DEFAULT_WINDOW,
+    FEATURE_NAMES,
+    FEATURE_SCHEMA_VERSION,
+    NUM_FEATURES,
+    EncodingConstants,
+)
+from app.domains.gpu.env import GpuSchedulingEnv
+from app.domains.gpu.heuristics import get_heuristic
+from app.domains.gpu.learned import ScoredPolicy
+from app.domains.gpu.philly import TRAIN_WEEKS, VALIDATION_WEEKS, split_weeks
+from app.domains.gpu.simulate import Semantics, SimJob, event_config, simulate, simulate_events
+from sim.gpu_data import PHILLY_CSV, generated_workloads, load_philly
+
+MASKED_LOGIT = -1.0e9
+OPSET = 17
+#: validation workloads (weeks 10-11) compared with these heuristics
+VALIDATION_HEURISTICS = ("tiresias-2dlas", "las", "smallest-first", "fifo-skip", "drf", "srtf")
+
+
+@dataclass
+class Args:
+    seed: int = 1
+    """seed of torch, numpy, the workload generator and the PL sampling"""
+    philly: Path = PHILLY_CSV
+    """the Philly job table"""
+    semantics: str = "kairos"
+    """the env's event semantics: kairos or philly-rigid"""
+    nodes: int = 16
+    gpus_per_node: int = 4
+    jobs_per_workload: int = 160
+    train_workloads: int = 256
+    """workloads generated from the training weeks (one per seed)"""
+    val_workloads: int = 8
+    """validation workloads generated from weeks 10-11"""
+    window: int = DEFAULT_WINDOW
+    num_envs: int = 8
+    num_steps: int = 256
+    """steps per env per rollout"""
+    total_minutes: float = 30.0
+    """wall-clock budget of BC + PPO (validation and export excluded)"""
+    learning_rate: float = 3e-4
+    gamma: float = 0.998
+    gae_lambda: float = 0.95
+    update_epochs: int = 4
+    num_minibatches: int = 8
+    clip_coef: float = 0.2
+    ent_coef: float = 0.003
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    bc_episodes: int = 24
+    """behaviour-cloning episodes before PPO (0: none)"""
+    bc_teacher: str = "smallest-first"
+    bc_epochs: int = 4
+    val_every: int = 10
+    """validate every this many PPO updates"""
+    out: Path = Path("runs/gpu-v1")
+    """the model directory written (policy.onnx + card.json)"""
+    name: str = "gpu-v1"
+    version: str = "1"
+    use_estimates: bool = False
+    """feed the estimate features (information-aware); default information-agnostic"""
+    threads: int = 1
+    """torch intra-op threads"""
+    run_dir: Path = Path("runs")
+
+
+# -- the network -------------------------------------------------------------------------------
+
+
+def mlp(sizes: Sequence[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(nn.Tanh())
+    return nn.Sequential(*layers)
+
+
+class Agent(nn.Module):
+    def __init__(self, features: int = NUM_FEATURES) -> None:
+        super().__init__()
+        self.actor = mlp([features, 64, 32, 1])
+        self.embed = nn.Sequential(nn.Linear(features, 64), nn.Tanh(), nn.Linear(64, 32), nn.Tanh())
+        self.critic = mlp([64, 64, 1])
+        nn.init.orthogonal_(self.actor[-1].weight, gain=0.01)  # type: ignore[arg-type]
+        nn.init.zeros_(self.actor[-1].bias)  # type: ignore[arg-type]
+
+    def logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        raw: torch.Tensor = self.actor(obs).squeeze(-1)
+        return torch.where(mask, raw, torch.full_like(raw, MASKED_LOGIT))
+
+    def value(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        emb: torch.Tensor = self.embed(obs)
+        m = mask.unsqueeze(-1).to(emb.dtype)
+        mean = (emb * m).sum(1) / m.sum(1).clamp(min=1.0)
+        mx = torch.where(mask.unsqueeze(-1), emb, torch.full_like(emb, MASKED_LOGIT)).amax(1)
+        mx = torch.where(mask.any(1, keepdim=True), mx, torch.zeros_like(mx))
+        out: torch.Tensor = self.critic(torch.cat([mean, mx], -1)).squeeze(-1)
+        return out
+
+
+def numpy_scorer(agent: Agent) -> Any:
+    """``score(obs[k, F], mask[k]) -> logits[k]`` of the actor (for ``ScoredPolicy``)."""
+
+    def score(obs: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_]) -> Any:
+        with torch.no_grad():
+            o = torch.from_numpy(np.ascontiguousarray(obs))[None]
+            m = torch.from_numpy(np.asarray(mask, dtype=np.bool_))[None]
+            return agent.logits(o, m)[0].numpy()
+
+    return score
+
+
+# -- ONNX --------------------------------------------------------------------------------------
+
+
+def _linears(seq: nn.Sequential) -> list[nn.Linear]:
+    return [m for m in seq if isinstance(m, nn.Linear)]
+
+
+def build_onnx(agent: Agent) -> onnx.ModelProto:
+    """The graph of ``agent`` (logits and value), written node by node."""
+    inits: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def const(name: str, value: npt.NDArray[Any]) -> str:
+        inits.append(numpy_helper.from_array(value, name))
+        return name
+
+    def dense(prefix: str, x: str, layers: list[nn.Linear], tanh_last: bool) -> str:
+        for i, lin in enumerate(layers):
+            w = const(f"{prefix}{i}.w", lin.weight.detach().numpy().T.astype(np.float32).copy())
+            b = const(f"{prefix}{i}.b", lin.bias.detach().numpy().astype(np.float32).copy())
+            nodes.append(helper.make_node("MatMul", [x, w], [f"{prefix}{i}.mm"]))
+            nodes.append(helper.make_node("Add", [f"{prefix}{i}.mm", b], [f"{prefix}{i}.z"]))
+            x = f"{prefix}{i}.z"
+            if i < len(layers) - 1 or tanh_last:
+                nodes.append(helper.make_node("Tanh", [x], [f"{prefix}{i}.a"]))
+                x = f"{prefix}{i}.a"
+        return x
+
+    neg = const("masked", np.array(MASKED_LOGIT, dtype=np.float32))
+    last = const("axis_last", np.array([-1], dtype=np.int64))
+    rows = const("axis_rows", np.array([1], dtype=np.int64))
+    one = const("one", np.array(1.0, dtype=np.float32))
+    zero = const("zero", np.array(0.0, dtype=np.float32))
+    a = dense("actor", "obs", _linears(agent.actor), tanh_last=False)
+    nodes.append(helper.make_node("Squeeze", [a, last], ["raw_logits"]))
+    nodes.append(helper.make_node("Where", ["mask", "raw_logits", neg], ["logits"]))
+    e = dense("embed", "obs", _linears(agent.embed), tanh_last=True)
+    nodes += [
+        helper.make_node("Unsqueeze", ["mask", last], ["mask3"]),
+        helper.make_node("Cast", ["mask3"], ["maskf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", [e, "maskf"], ["emb_m"]),
+        helper.make_node("ReduceSum", ["emb_m", rows], ["emb_sum"], keepdims=0),
+        helper.make_node("ReduceSum", ["maskf", rows], ["count"], keepdims=0),
+        helper.make_node("Max", ["count", one], ["count1"]),
+        helper.make_node("Div", ["emb_sum", "count1"], ["emb_mean"]),
+        helper.make_node("Where", ["mask3", e, neg], ["emb_w"]),
+        helper.make_node("ReduceMax", ["emb_w"], ["emb_max0"], axes=[1], keepdims=0),
+        helper.make_node("Greater", ["count", zero], ["any_row"]),
+        helper.make_node("Where", ["any_row", "emb_max0", zero], ["emb_max"]),
+        helper.make_node("Concat", ["emb_mean", "emb_max"], ["pooled"], axis=-1),
+    ]
+    v = dense("critic", "pooled", _linears(agent.critic), tanh_last=False)
+    nodes.append(helper.make_node("Squeeze", [v, last], ["value"]))
+    graph = helper.make_graph(
+        nodes,
+        "kairos-gpu-v1",
+        [
+            helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["B", "K", NUM_FEATURES]),
+            helper.make_tensor_value_info("mask", TensorProto.BOOL, ["B", "K"]),
+        ],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", "K"]),
+            helper.make_tensor_value_info("value", TensorProto.FLOAT, ["B"]),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    helper.set_model_props(model, {"feature_schema_version": FEATURE_SCHEMA_VERSION})
+    onnx.checker.check_model(model)
+    return model
+
+
+def io_signature(window: int) -> dict[str, Any]:
+    del window
+    return {
+        "inputs": [
+            {"name": "obs", "dtype": "float32", "shape": ["B", "K", NUM_FEATURES]},
+            {"name": "mask", "dtype": "bool", "shape": ["B", "K"]},
+        ],
+        "outputs": [
+            {"name": "logits", "dtype": "float32", "shape": ["B", "K"]},
+            {"name": "value", "dtype": "float32", "shape": ["B"]},
+        ],
+    }
+
+
+# -- Plackett-Luce over the rows that fit ------------------------------------------------------
+
+
+def row_sizes(info: dict[str, Any]) -> npt.NDArray[np.int64]:
+    """GPUs each row claims in the admission walk (held if running, else its demand)."""
+    held, demand = info["held"], info["demand"]
+    out: npt.NDArray[np.int64] = np.where(held > 0, held, demand).astype(np.int64)
+    return out
+
+
+def sample_order(
+    logits: npt.NDArray[np.float32],
+    mask: npt.NDArray[np.bool_],
+    sizes: npt.NDArray[np.int64],
+    capacity: int,
+    rng: np.random.Generator,
+) -> list[int]:
+    left = capacity
+    avail = mask.copy()
+    chosen: list[int] = []
+    while True:
+        feas = avail & (sizes <= left)
+        if not feas.any():
+            return chosen
+        idx = np.flatnonzero(feas)
+        z = logits[idx].astype(np.float64)
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        k = int(idx[rng.choice(len(idx), p=p)])
+        chosen.append(k)
+        left -= int(sizes[k])
+        avail[k] = False
+
+
+def order_to_scores(order: Sequence[int], window: int) -> npt.NDArray[np.float32]:
+    """Env scores in [-1, 1] that walk ``order`` first (the other rows at -1)."""
+    scores = np.full(window, -1.0, dtype=np.float32)
+    for pos, k in enumerate(order):
+        scores[k] = 1.0 - pos / (window + 1)
+    return scores
+
+
+def teacher_order(info: dict[str, Any], mask: npt.NDArray[np.bool_], name: str) -> list[int]:
+    """The walk of heuristic ``name`` over the rows (ranked by its key, admitted if they fit)."""
+    h = get_heuristic(name)
+    jobs = info["jobs"]
+    ranked = sorted(
+        (k for k in range(len(jobs)) if mask[k]),
+        key=lambda k: h.sort_key(jobs[k], CONFIG_LAS),
+    )
+    sizes, left, out = row_sizes(info), int(info["capacity"]), []
+    for k in ranked:
+        if sizes[k] <= left:
+            out.append(k)
+            left -= int(sizes[k])
+    return out
+
+
+CONFIG_LAS = event_config(Semantics.KAIROS, 1, 1).decide_config
+
+
+def sequence_logprob(
+    logits: torch.Tensor, seq: torch.Tensor, sizes: torch.Tensor, capacity: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum over each sampled sequence of the draws' log-probs, and of their entropies.
+
+    ``logits[B, K]`` (masked rows at -1e9), ``seq[B, T]`` (row indices, -1 padded),
+    ``sizes[B, K]``, ``capacity[B]``."""
+    b, k = logits.shape
+    t = seq.shape[1]
+    valid = seq >= 0
+    safe = seq.clamp(min=0)
+    claim = torch.gather(sizes, 1, safe) * valid
+    left = capacity[:, None] - (torch.cumsum(claim, 1) - claim)  # GPUs left before draw t
+    onehot = torch.zeros(b, t, k, dtype=torch.bool)
+    onehot.scatter_(2, safe.unsqueeze(-1), valid.unsqueeze(-1))
+    before = (torch.cumsum(onehot.to(torch.int32), 1) - onehot.to(torch.int32)) > 0
+    feas = (
+        (logits[:, None, :] > MASKED_LOGIT / 2) & ~before & (sizes[:, None, :] <= left[..., None])
+    )
+    z = torch.where(feas, logits[:, None, :], torch.full_like(logits[:, None, :], -1e30))
+    logp_all = z - torch.logsumexp(z, -1, keepdim=True)
+    picked = torch.gather(logp_all, 2, safe.unsqueeze(-1)).squeeze(-1)
+    logp = (picked * valid).sum(1)
+    p = torch.where(feas, logp_all.exp(), torch.zeros_like(logp_all))
+    ent = -(p * torch.where(feas, logp_all, torch.zeros_like(logp_all))).sum(-1)
+    return logp, (ent * valid).sum(1)
+
+
+# -- data --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Data:
+    train: list[list[SimJob]]
+    val: list[list[SimJob]]
+    train_seeds: list[int]
+    val_seeds: list[int]
+    train_rows: int
+    val_rows: int
+
+
+def load_data(args: Args) -> Data:
+    jobs = load_philly(args.philly)
+    train_rows, val_rows = split_weeks(jobs, TRAIN_WEEKS, VALIDATION_WEEKS)
+    train_seeds = [args.seed * 100_000 + i for i in range(args.train_workloads)]
+    val_seeds = [900_000 + i for i in range(args.val_workloads)]
+    return Data(
+        generated_workloads(train_rows, train_seeds, args.jobs_per_workload),
+        generated_workloads(val_rows, val_seeds, args.jobs_per_workload),
+        train_seeds,
+        val_seeds,
+        len(train_rows),
+        len(val_rows),
+    )
+
+
+def mean_jct(jcts: Sequence[float]) -> float:
+    return float(np.mean(jcts))
+
+
+def validate(agent: Agent, args: Args, data: Data, constants: EncodingConstants) -> list[float]:
+    cfg = event_config(Semantics(args.semantics), args.nodes, args.gpus_per_node)
+    pol = ScoredPolicy(args.name, args.version, numpy_scorer(agent), constants, args.window)
+    return [mean_jct(simulate_events(w, pol, cfg).jcts) for w in data.val]
+
+
+def heuristic_validation(args: Args, data: Data) -> dict[str, list[float]]:
+    sem = Semantics(args.semantics)
+    return {
+        h: [
+            mean_jct(simulate(w, h, sem, nodes=args.nodes, gpus_per_node=args.gpus_per_node).jcts)
+            for w in data.val
+        ]
+        for h in VALIDATION_HEURISTICS
+    }
+
+
+# -- training ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    obs: npt.NDArray[np.float32]
+    mask: npt.NDArray[np.bool_]
+    sizes: npt.NDArray[np.int64]
+    capacity: int
+    seq: list[int]
+    logp: float
+    value: float
+    reward: float = 0.0
+    done: bool = False
+
+
+class Envs:
+    def __init__(self, args: Args, data: Data, constants: EncodingConstants) -> None:
+        cfg = event_config(Semantics(args.semantics), args.nodes, args.gpus_per_node)
+        self.rng = np.random.default_rng(args.seed)
+        pool = data.train
+        self.envs = [
+            GpuSchedulingEnv(
+                lambda r: pool[int(r.integers(len(pool)))],
+                cfg,
+                constants=constants,
+                window=args.window,
+            )
+            for _ in range(args.num_envs)
+        ]
+        self.obs: list[dict[str, Any]] = []
+        self.infos: list[dict[str, Any]] = []
+        for i, env in enumerate(self.envs):
+            o, info = env.reset(seed=args.seed * 1000 + i)
+            self.obs.append(o)
+            self.infos.append(info)
+        self.finished: list[float] = []
+
+    def step(self, i: int, scores: npt.NDArray[np.float32]) -> tuple[float, bool]:
+        env = self.envs[i]
+        o, r, term, trunc, info = env.step(scores)
+        if term or trunc:
+            self.finished.append(mean_jct(info["jcts"]))
+            o, info = env.reset()
+        self.obs[i], self.infos[i] = o, info
+        return float(r), bool(term or trunc)
+
+
+def behaviour_cloning(agent: Agent, opt: torch.optim.Optimizer, envs: Envs, args: Args) -> float:
+    """Imitate ``bc_teacher``'s walk on ``bc_episodes`` episodes (Plackett-Luce likelihood)."""
+    steps: list[Step] = []
+    episodes = 0
+    while episodes < args.bc_episodes:
+        for i in range(len(envs.envs)):
+            info, o = envs.infos[i], envs.obs[i]
+            seq = teacher_order(info, o["mask"], args.bc_teacher)
+            steps.append(
+                Step(o["obs"], o["mask"], row_sizes(info), int(info["capacity"]), seq, 0, 0)
+            )
+            _, done = envs.step(i, order_to_scores(seq, args.window))
+            episodes += done
+    loss_v = 0.0
+    for _ in range(args.bc_epochs):
+        random.shuffle(steps)
+        for start in range(0, len(steps), 256):
+            mb = steps[start : start + 256]
+            obs, mask, sizes, cap, seqs = _stack(mb)
+            logp, _ = sequence_logprob(agent.logits(obs, mask), seqs, sizes, cap)
+            loss = -logp.mean()
+            opt.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            opt.step()
+            loss_v = float(loss.detach())
+    return loss_v
+
+
+def _stack(
+    mb: Sequence[Step],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    t = max(1, max(len(s.seq) for s in mb))
+    seq = np.full((len(mb), t), -1, dtype=np.int64)
+    for i, s in enumerate(mb):
+        seq[i, : len(s.seq)] = s.seq
+    return (
+        torch.from_numpy(np.stack([s.obs for s in mb])),
+        torch.from_numpy(np.stack([s.mask for s in mb])),
+        torch.from_numpy(np.stack([s.sizes for s in mb])),
+        torch.tensor([s.capacity for s in mb], dtype=torch.int64),
+        torch.from_numpy(seq),
+    )
+
+
+def rollout(agent: Agent, envs: Envs, args: Args) -> list[list[Step]]:
+    per_env: list[list[Step]] = [[] for _ in envs.envs]
+    for _ in range(args.num_steps):
+        obs = torch.from_numpy(np.stack([o["obs"] for o in envs.obs]))
+        mask = torch.from_numpy(np.stack([o["mask"] for o in envs.obs]))
+        with torch.no_grad():
+            logits = agent.logits(obs, mask).numpy()
+            values = agent.value(obs, mask).numpy()
+        for i in range(len(envs.envs)):
+            info = envs.infos[i]
+            sizes = row_sizes(info)
+            m = envs.obs[i]["mask"]
+            seq = sample_order(logits[i], m, sizes, int(info["capacity"]), envs.rng)
+            step = Step(
+                envs.obs[i]["obs"], m, sizes, int(info["capacity"]), seq, 0.0, float(values[i])
+            )
+            step.reward, step.done = envs.step(i, order_to_scores(seq, args.window))
+            per_env[i].append(step)
+    flat = [s for steps in per_env for s in steps]
+    with torch.no_grad():
+        for start in range(0, len(flat), 512):
+            mb = flat[start : start + 512]
+            obs_b, mask_b, sizes_b, cap_b, seq_b = _stack(mb)
+            lp, _ = sequence_logprob(agent.logits(obs_b, mask_b), seq_b, sizes_b, cap_b)
+            for s, v in zip(mb, lp.tolist(), strict=True):
+                s.logp = float(v)
+    return per_env
+
+
+def advantages(
+    agent: Agent, envs: Envs, per_env: list[list[Step]], args: Args
+) -> tuple[list[Step], npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    obs = torch.from_numpy(np.stack([o["obs"] for o in envs.obs]))
+    mask = torch.from_numpy(np.stack([o["mask"] for o in envs.obs]))
+    with torch.no_grad():
+        last = agent.value(obs, mask).numpy()
+    flat: list[Step] = []
+    adv: list[float] = []
+    ret: list[float] = []
+    for i, steps in enumerate(per_env):
+        gae = 0.0
+        a_env = [0.0] * len(steps)
+        for t in reversed(range(len(steps))):
+            nxt = last[i] if t == len(steps) - 1 else steps[t + 1].value
+            nonterminal = 0.0 if steps[t].done else 1.0
+            delta = steps[t].reward + args.gamma * nxt * nonterminal - steps[t].value
+            gae = delta + args.gamma * args.gae_lambda * nonterminal * gae
+            a_env[t] = gae
+        flat.extend(steps)
+        adv.extend(a_env)
+        ret.extend(a + s.value for a, s in zip(a_env, steps, strict=True))
+    return flat, np.array(adv, dtype=np.float32), np.array(ret, dtype=np.float32)
+
+
+def ppo_update(
+    agent: Agent,
+    opt: torch.optim.Optimizer,
+    flat: list[Step],
+    adv: npt.NDArray[np.float32],
+    ret: npt.NDArray[np.float32],
+    args: Args,
+    rng: np.random.Generator,
+) -> dict[str, float]:
+    n = len(flat)
+    mb_size = max(1, n // args.num_minibatches)
+    old_logp = np.array([s.logp for s in flat], dtype=np.float32)
+    stats: dict[str, float] = {}
+    for _ in range(args.update_epochs):
+        perm = rng.permutation(n)
+        for start in range(0, n, mb_size):
+            idx = perm[start : start + mb_size]
+            obs, mask, sizes, cap, seq = _stack([flat[i] for i in idx])
+            logp, ent = sequence_logprob(agent.logits(obs, mask), seq, sizes, cap)
+            ratio = (logp - torch.from_numpy(old_logp[idx])).exp()
+            a = torch.from_numpy(adv[idx])
+            a = (a - a.mean()) / (a.std() + 1e-8)
+            pg = torch.max(-a * ratio, -a * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef))
+            v = agent.value(obs, mask)
+            v_loss = 0.5 * ((v - torch.from_numpy(ret[idx])) ** 2).mean()
+            loss = pg.mean() - args.ent_coef * ent.mean() + args.vf_coef * v_loss
+            opt.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            opt.step()
+            stats = {
+                "pg_loss": float(pg.mean().detach()),
+                "v_loss": float(v_loss.detach()),
+                "entropy": float(ent.mean().detach()),
+                "approx_kl": float(((ratio - 1) - ratio.log()).mean().detach()),
+            }
+    return stats
+
+
+def write_model(agent: Agent, out: Path, card: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "policy.onnx").write_bytes(build_onnx(agent).SerializeToString())
+    (out / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+
+
+def make_card(
+    args: Args,
+    data: Data,
+    constants: EncodingConstants,
+    val: list[float],
+    heur: dict[str, list[float]],
+    meta: dict[str, Any],
+) -> dict[str, Any]:
+    best_h = min(heur, key=lambda h: float(np.mean(heur[h])))
+    params = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()}
+    return {
+        "name": args.name,
+        "version": args.version,
+        "domain": "gpu",
+        "kind": "onnx",
+        "decision_mode": "rank",
+        "feature_schema_version": FEATURE_SCHEMA_VERSION,
+        "features": list(FEATURE_NAMES),
+        "encoding": constants.as_dict(),
+        "window": args.window,
+        **io_signature(args.window),
+        "opset": OPSET,
+        "architecture": {
+            "score": "w3 . tanh(W2 tanh(W1 x + b1) + b2) + b3 per candidate row (64, 32)",
+            "value": "MLP(64 -> 1) over masked mean and max of a per-row tanh MLP (64, 32)",
+            "parameters": sum(p.numel() for p in meta["agent"].parameters()),
+        },
+        "training": {
+            "algorithm": "PPO with Plackett-Luce admission orders over the rows that fit "
+            "(training/gpu_ppo.py) on app/domains/gpu/env.py, "
+            f"{args.semantics} semantics, {args.nodes} x {args.gpus_per_node} GPUs; "
+            f"behaviour-cloning warm start on {args.bc_teacher} ({args.bc_episodes} episodes)",
+            "command": meta["command"],
+            "hyperparameters": params,
+            "data": {
+                "trace": "data/gpu/philly/philly_jobs.csv.gz",
+                "week_origin": "the table's first submission, 2017-09-04 10:30:41",
+                "training_weeks": list(TRAIN_WEEKS),
+                "validation_weeks": list(VALIDATION_WEEKS),
+                "never_read": "weeks 12-15 and the 8 Pollux evaluation workloads",
+                "training_rows": data.train_rows,
+                "validation_rows": data.val_rows,
+                "generator": "app/domains/gpu/philly.py generate_pollux_workload "
+                f"({args.jobs_per_workload} jobs), jobs rigid with their consolidated run time",
+                "training_workload_seeds": [data.train_seeds[0], data.train_seeds[-1]],
+                "validation_workload_seeds": [data.val_seeds[0], data.val_seeds[-1]],
+            },
+            "traces": [],
+            "validation": {
+                "metric": "mean over the validation workloads of the average JCT (s), greedy",
+                "policy_avg_jct_s": float(np.mean(val)),
+                "policy_per_workload": val,
+                "heuristics_avg_jct_s": {h: float(np.mean(v)) for h, v in heur.items()},
+                "best_heuristic": best_h,
+                "ratio_to_best_heuristic": float(np.mean(val) / np.mean(heur[best_h])),
+            },
+            "best_update": meta["best_update"],
+            "updates_run": meta["updates"],
+            "training_time_s": meta["training_time_s"],
+            "env_steps": meta["env_steps"],
+        },
+        "seeds": {"training": args.seed, "validation_workloads": data.val_seeds[0]},
+        "metrics": {"validation": {"avg_jct_s": float(np.mean(val))}},
+    }
+
+
+def train(args: Args, command: str = "") -> Path:
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    constants = EncodingConstants(use_estimates=args.use_estimates)
+    t0 = time.monotonic()
+    data = load_data(args)
+    heur = heuristic_validation(args, data)
+    print(
+        f"data {time.monotonic() - t0:.1f}s; validation heuristics:",
+        {h: round(float(np.mean(v)), 1) for h, v in heur.items()},
+        flush=True,
+    )
+    agent = Agent()
+    opt = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    envs = Envs(args, data, constants)
+    budget_s = args.total_minutes * 60.0
+    start = time.monotonic()
+    if args.bc_episodes:
+        loss = behaviour_cloning(agent, opt, envs, args)
+        print(f"bc loss {loss:.3f} ({time.monotonic() - start:.0f}s)", flush=True)
+    best_val = validate(agent, args, data, constants)
+    best = (
+        float(np.mean(best_val)),
+        0,
+        best_val,
+        {k: v.clone() for k, v in agent.state_dict().items()},
+    )
+    print(f"update 0 val {best[0]:.1f}", flush=True)
+    update, env_steps = 0, 0
+    while time.monotonic() - start < budget_s:
+        update += 1
+        per_env = rollout(agent, envs, args)
+        env_steps += sum(len(s) for s in per_env)
+        flat, adv, ret = advantages(agent, envs, per_env, args)
+        stats = ppo_update(agent, opt, flat, adv, ret, args, envs.rng)
+        if update % args.val_every == 0:
+            val = validate(agent, args, data, constants)
+            m = float(np.mean(val))
+            recent = float(np.mean(envs.finished[-16:])) if envs.finished else math.nan
+            print(
+                f"update {update} steps {env_steps} train_jct {recent:.1f} "
+                f"val {m:.1f} best {best[0]:.1f} {stats} ({time.monotonic() - start:.0f}s)",
+                flush=True,
+            )
+            if m < best[0]:
+                best = (m, update, val, {k: v.clone() for k, v in agent.state_dict().items()})
+    training_time = time.monotonic() - start
+    agent.load_state_dict(best[3])
+    meta = {
+        "agent": agent,
+        "command": command,
+        "best_update": best[1],
+        "updates": update,
+        "training_time_s": round(training_time, 1),
+        "env_steps": env_steps,
+    }
+    card = make_card(args, data, constants, best[2], heur, meta)
+    write_model(agent, args.out, card)
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(agent.state_dict(), args.run_dir / f"{args.name}-s{args.seed}.pt")
+    print(f"wrote {args.out} (best update {best[1]}, val {best[0]:.1f})", flush=True)
+    return args.out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = tyro.cli(Args, args=argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    train(args, "python -m training.gpu_ppo " + " ".join(given))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
