@@ -52,6 +52,7 @@ _EPS = 1e-9
 __all__ = [
     "cancel_dag",
     "cluster_settings",
+    "domain_config",
     "executor_capacity",
     "free_slots_of",
     "get_dag",
@@ -73,11 +74,14 @@ def stage_job_id(dag_id: str, stage_id: str) -> str:
 
 
 def cluster_settings(cluster: ClusterRecord) -> DagClusterSettings:
-    """The dag cluster's settings from ``domain_config`` (defaults where absent)."""
-    raw = cluster.domain_config or {}
-    return DagClusterSettings.model_validate(
-        {k: raw[k] for k in ("executor_capacity", "weighted_fair_alpha") if k in raw}
-    )
+    """The dag cluster's settings: ``domain_config["dag"]`` (``ClusterUpsert.dag`` as stored,
+    like a gpu cluster's ``domain_config["gpu"]``), the defaults where none are stored."""
+    return DagClusterSettings.model_validate((cluster.domain_config or {}).get("dag") or {})
+
+
+def domain_config(settings: DagClusterSettings | None) -> dict[str, Any]:
+    """What a dag cluster stores in ``clusters.domain_config`` for its settings."""
+    return {"dag": (settings or DagClusterSettings()).model_dump(mode="json")}
 
 
 def executor_capacity(cluster: ClusterRecord) -> dict[str, float]:

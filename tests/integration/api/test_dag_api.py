@@ -7,7 +7,10 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
 
+from app.db.engine import make_engine
+from app.db.orm import ClusterRecord
 from tests.factories import cluster_body
 from tests.integration.api.dag_helpers import (
     NOW,
@@ -344,3 +347,39 @@ class TestRounds:
         decision = await _schedule(client, cid, now=NOW + 2, policy="sjf_cp", dry_run=True)
         assert decision["policy"] == {"name": "sjf_cp", "version": "1", "kind": "heuristic"}
         assert decision["allocations"][0]["job_id"] == "small:only"
+
+
+class TestExecutorSlots:
+    async def test_the_clusters_executor_slot_sizes_nodes_grants_and_the_largest_task(
+        self, client: httpx.AsyncClient, cid: str, database_url: str
+    ) -> None:
+        await make_dag_cluster(client, cid, nodes=2, cpu=8)  # 16 memory_gb per node
+        engine = make_engine(database_url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    update(ClusterRecord)
+                    .where(ClusterRecord.id == cid)
+                    .values(
+                        domain_config={"dag": {"executor_capacity": {"cpu": 2, "memory_gb": 6}}}
+                    )
+                )
+        finally:
+            await engine.dispose()
+        big = {"id": "big", "stages": [stage("s", 1, cpu=3)]}
+        r = await client.post(f"/v1/clusters/{cid}/dags", json=big)
+        assert r.status_code == 422
+        assert r.json()["error"]["details"][0]["field"] == "body.stages[0].per_task"
+        assert (
+            await client.post(f"/v1/clusters/{cid}/dags", json=wide_dag("w", 10))
+        ).status_code == 201
+        decision = await _schedule(client, cid, now=NOW)
+        # min(8 / 2, 16 / 6) = 2 slots per node
+        assert decision["allocations"][0]["placements"] == [
+            {"node_id": "n0", "tasks": 2},
+            {"node_id": "n1", "tasks": 2},
+        ]
+        nodes = (await client.get(f"/v1/clusters/{cid}/nodes")).json()["items"]
+        assert [n["allocated"] for n in nodes] == [{"cpu": 4.0, "memory_gb": 12.0}] * 2
+        stored = (await client.get(f"/v1/decisions/{decision['id']}")).json()["input"]
+        assert stored["executor_capacity"] == {"cpu": 2.0, "memory_gb": 6.0}

@@ -87,3 +87,18 @@ async def test_weighted_fair_and_packer_decide(client: httpx.AsyncClient, cid: s
         d = r.json()
         assert (d["policy"]["name"], d["fallback"]["used"]) == (name, False)
         assert sum(p["tasks"] for a in d["allocations"] for p in a["placements"]) == 4
+
+
+async def test_a_primary_past_its_deadline_hands_the_round_to_the_fallback(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    await make_dag_cluster(client, cid, nodes=1, cpu=4, policy="sjf_cp")
+    await client.post(f"/v1/clusters/{cid}/dags", json=wide_dag("a", 6, NOW))
+    r = await client.post(
+        f"/v1/clusters/{cid}/schedule", json={"now": NOW + 1, "deadline_ms": 0.001}
+    )
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["fallback"] == {"used": True, "reason": "deadline_exceeded"}
+    assert d["policy"]["name"] == "fair"
+    assert sum(p["tasks"] for a in d["allocations"] for p in a["placements"]) == 4
