@@ -46,7 +46,7 @@ from app.db.repositories.cluster_repository import ClusterRepository
 from app.db.repositories.pagination import encode_cursor
 from app.db.session import Database
 from app.domains import DEFAULT_DOMAIN
-from app.domains.hpc.swf import SWF_FIELDS, format_swf
+from app.domains.hpc.swf import format_swf
 from app.kernel.clock import epoch_now
 from app.policy.onnx_policy import PolicyRefusedError
 from app.policy.registry import ModelExistsError
@@ -127,20 +127,19 @@ def _shape(per_task: Mapping[str, Any]) -> Shape:
     return tuple(sorted((str(k), float(v)) for k, v in per_task.items() if float(v) > 0))
 
 
-def _task_unit(specs: Iterable[Mapping[str, Any]]) -> Shape:
+def _task_unit(per_tasks: Iterable[Mapping[str, Any]]) -> Shape:
     """The most common task shape of the jobs (ties: the first seen): one SWF processor."""
-    counts = Counter(_shape(spec.get("per_task", {})) for spec in specs)
+    counts = Counter(_shape(per_task) for per_task in per_tasks)
     for shape, _ in counts.most_common(1):
         if shape:
             return shape
     return (("cpu", 1.0),)
 
 
-def _processors(spec: Mapping[str, Any], unit: Shape) -> int:
+def _processors(tasks: int, per_task: Mapping[str, Any], unit: Shape) -> int:
     """The job's gang size in units of ``unit``: tasks times the units one task takes."""
-    per_task = spec.get("per_task", {})
     units = max((float(per_task.get(name, 0.0)) / amount for name, amount in unit), default=1.0)
-    return int(spec.get("tasks", 1)) * max(1, math.ceil(units - 1e-9))
+    return tasks * max(1, math.ceil(units - 1e-9))
 
 
 def _slots(capacity: Mapping[str, Any], unit: Shape) -> int:
@@ -161,6 +160,20 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    """What the history needs of one finished job (its spec's fields read in SQL)."""
+
+    submit: float
+    start: float
+    end: float
+    tasks: int
+    walltime: float | None
+    per_task: dict[str, Any]
+    user: str | None
+    queue: str | None
+
+
 async def _finished_jobs(
     session: AsyncSession,
     cluster_pk: int,
@@ -168,14 +181,18 @@ async def _finished_jobs(
     since: float | None,
     limit: int | None,
     newest: bool,
-) -> list[tuple[str, float, float, float, dict[str, Any]]]:
-    """(id, submit, start, end, spec) of the finished jobs in submit order, ties by id."""
+) -> list[_Finished]:
+    """The finished jobs in submit order, ties by id (``newest``: the last ``limit``)."""
+    spec = JobRecord.spec
     stmt = select(
-        JobRecord.id,
         JobRecord.submit_time,
         JobRecord.start_time,
         JobRecord.end_time,
-        JobRecord.spec,
+        spec["tasks"].as_integer(),
+        spec["walltime_s"].as_float(),
+        spec["per_task"],
+        spec["user"].as_string(),
+        spec["queue"].as_string(),
     ).where(
         JobRecord.cluster_pk == cluster_pk,
         JobRecord.state == "finished",
@@ -191,8 +208,8 @@ async def _finished_jobs(
     if limit is not None:
         stmt = stmt.limit(limit)
     rows = [
-        (str(i), float(s), float(b), float(e), dict(spec))
-        for i, s, b, e, spec in (await session.execute(stmt)).all()
+        _Finished(float(s), float(b), float(e), int(t or 1), w, dict(p or {}), u, q)
+        for s, b, e, t, w, p, u, q in (await session.execute(stmt)).all()
         if b is not None and e is not None  # the query's condition, for the type checker
     ]
     if newest:
@@ -219,35 +236,44 @@ async def _history(
     newest: bool = False,
 ) -> History:
     jobs = await _finished_jobs(session, cluster.pk, since=since, limit=limit, newest=newest)
-    nodes = (
-        await session.execute(
-            select(NodeRecord.capacity).where(NodeRecord.cluster_pk == cluster.pk)
-        )
-    ).scalars()
-    unit = _task_unit(spec for *_, spec in jobs)
-    procs = [_processors(spec, unit) for *_, spec in jobs]
-    slots = max(sum(_slots(capacity, unit) for capacity in nodes), max(procs, default=1), 1)
-    users = _numbering(spec.get("user") for *_, spec in jobs)
-    queues = _numbering(spec.get("queue") for *_, spec in jobs)
-    t0 = math.floor(jobs[0][1]) if jobs else 0
-    rows: list[list[float]] = []
-    for number, ((_, submit, start, end, spec), p) in enumerate(zip(jobs, procs, strict=True), 1):
-        row = [-1.0] * SWF_FIELDS
-        row[0] = number
-        row[1] = math.floor(submit) - t0
-        row[2] = max(0, round(start - submit))
-        row[3] = max(1, round(end - start))
-        row[4] = row[7] = p
-        row[8] = max(1, round(float(spec.get("walltime_s", row[3]))))
-        row[10] = 1  # completed
-        row[11] = users.get(spec.get("user") or "", -1) if spec.get("user") is not None else -1
-        row[14] = queues.get(spec.get("queue") or "", -1) if spec.get("queue") is not None else -1
-        rows.append(row)
+    capacities = list(
+        (
+            await session.execute(
+                select(NodeRecord.capacity).where(NodeRecord.cluster_pk == cluster.pk)
+            )
+        ).scalars()
+    )
+    return await asyncio.to_thread(_history_text, cluster.id, jobs, capacities)
+
+
+def _history_text(
+    cluster_id: str, jobs: Sequence[_Finished], capacities: Sequence[Mapping[str, Any]]
+) -> History:
+    """The SWF text of ``jobs`` (CPU work: run off the event loop)."""
+    unit = _task_unit(j.per_task for j in jobs)
+    procs = [_processors(j.tasks, j.per_task, unit) for j in jobs]
+    slots = max(sum(_slots(capacity, unit) for capacity in capacities), max(procs, default=1), 1)
+    users = _numbering(j.user for j in jobs)
+    queues = _numbering(j.queue for j in jobs)
+    t0 = math.floor(jobs[0].submit) if jobs else 0
+    rows: list[list[int]] = []
+    for number, (j, p) in enumerate(zip(jobs, procs, strict=True), 1):
+        run = max(1, round(j.end - j.start))
+        wall = run if j.walltime is None else max(1, round(j.walltime))
+        user = -1 if j.user is None else users[j.user]
+        queue = -1 if j.queue is None else queues[j.queue]
+        # fields: job, submit, wait, run, procs, cpu, memory, requested procs, requested
+        # time, requested memory, status (1: completed), user, group, executable, queue,
+        # partition, preceding job, think time
+        rows.append(
+            [number, math.floor(j.submit) - t0, max(0, round(j.start - j.submit)), run, p,
+             -1, -1, p, wall, -1, 1, user, -1, -1, queue, -1, -1, -1]
+        )  # fmt: skip
     unit_text = ", ".join(f"{name}={amount:g}" for name, amount in unit)
-    end = max((e for _, _, _, e, _ in jobs), default=float(t0))
+    end = max((j.end for j in jobs), default=float(t0))
     comments = [
         "Version: 2.2",
-        f"Computer: Kairos cluster {cluster.id}",
+        f"Computer: Kairos cluster {cluster_id}",
         "Acknowledge: exported by Kairos from the cluster's job events",
         f"UnixStartTime: {t0}",
         "TimeZoneString: UTC",

@@ -219,6 +219,8 @@ def load_swf(path: str | Path, *, order: TraceOrder = "submit") -> SwfTrace:
 
 
 def _swf_token(value: float) -> str:
+    if type(value) is int:
+        return str(value)
     number = float(value)
     if not math.isfinite(number):
         raise ValueError(f"an SWF field must be finite, got {value!r}")
