@@ -26,6 +26,8 @@ def _trace_rows() -> list[tuple[str, dict[str, Any]]]:
     rows = []
     for path in CARDS:
         card = json.loads(path.read_text())
+        if card.get("domain", "hpc") != "hpc":  # trained on generated jobs, not on SWF traces
+            continue
         for row in card["training"]["traces"]:
             rows.append((f"{path.parent.parent.name}@{path.parent.name}", row))
     return rows
