@@ -224,7 +224,7 @@ async def cluster_page(request: Request, cluster_id: str, ui: UISettingsDep) -> 
     }
     return _render(
         request,
-        "cluster.html",
+        "gpu_cluster.html" if cluster.domain == "gpu" else "cluster.html",
         {
             "tenant": entered,
             **_cluster_view(cluster),
