@@ -14,9 +14,10 @@ nodes. Granted slots go to the nodes first-fit in node-id order.
 The fallback chain: the cluster's (or the request's) policy, a DAG heuristic or a learned DAG
 model (the registry's ``app.policy.dag_onnx`` model, a fresh policy per decision), decides off
 the event loop within the deadline; a missing or refused model, an error, a refused pick, a
-timeout or a decision that breaks an invariant (:func:`check_decision`) hands the round to the fallback heuristic (default ``fair``)
-and the decision says why (:class:`~app.outcomes.FallbackReason`). A fallback decision that
-breaks an invariant is replaced by an empty one: nothing unsafe is ever applied.
+timeout or a decision that breaks an invariant (:func:`check_decision`) hands the round to the
+fallback heuristic (default ``fair``) and the decision says why
+(:class:`~app.outcomes.FallbackReason`). A fallback decision that breaks an invariant is
+replaced by an empty one: nothing unsafe is ever applied.
 
 A stateful round applies its decision in the transaction that stores it: each granted stage
 launches one task per slot (``launched``/``running`` grow, its job is ``running`` with the
@@ -896,6 +897,9 @@ async def decide_snapshot(
     if problems:
         raise UnprocessableError("the decide request is invalid", details=problems)
     raw = body.model_dump(mode="json")
+    for dag in raw["dags"]:  # a DAG without a submit time arrived now (as HPC jobs do)
+        if dag["spec"].get("submit_time") is None:
+            dag["spec"]["submit_time"] = raw["now"]
     raw["policy"] = body.policy or _default_policy(decisions, settings, tenant)
     raw["fallback"] = body.fallback or DOMAIN.default_fallback
     snapshot = _snapshot(raw, "body.")

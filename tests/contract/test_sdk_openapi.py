@@ -58,7 +58,13 @@ SAMPLE_CALLS: dict[str, Callable[[Client], object]] = {
     "clusters.delete": lambda c: c.clusters.delete("c1"),
     "clusters.shadow_report": lambda c: c.clusters.shadow_report("c1"),
     "clusters.schedule": lambda c: c.clusters.schedule(
-        "c1", dry_run=True, now=1.0, policy="f1", explain=True, deadline_ms=10.0
+        "c1",
+        dry_run=True,
+        now=1.0,
+        policy="f1",
+        explain=True,
+        deadline_ms=10.0,
+        trigger={"type": "stage_released", "job_id": "d1:s1"},
     ),
     "nodes.upsert": lambda c: c.nodes.upsert(
         "c1", "n1", capacity={"cpu": 1}, labels={"a": "b"}, state="drain"
@@ -154,6 +160,35 @@ SAMPLE_CALLS: dict[str, Callable[[Client], object]] = {
         explain=True,
         deadline_ms=5.0,
     ),
+    "decide_dag": lambda c: c.decide_dag(
+        now=1.0,
+        nodes=[{"id": "n1", "capacity": {"cpu": 4}, "allocated": {"cpu": 1}, "state": "up"}],
+        dags=[
+            {
+                "spec": {
+                    "id": "d1",
+                    "submit_time": 0.0,
+                    "priority": 1,
+                    "user": "u",
+                    "queue": "q",
+                    "labels": {"a": "b"},
+                    "stages": [
+                        {"id": "s1", "tasks": 2, "per_task": {"cpu": 1}, "task_duration_s": 1.0}
+                    ],
+                },
+                "stage_progress": [
+                    {"stage_id": "s1", "launched": 1, "finished": 0, "running_slots": 1}
+                ],
+            }
+        ],
+        executor_capacity={"cpu": 1},
+        trigger={"type": "stage_released", "job_id": "d1:s1"},
+        policy="fair",
+        fallback="fair",
+        weighted_fair_alpha=0.5,
+        explain=True,
+        deadline_ms=5.0,
+    ),
     "decide_gpu": lambda c: c.decide_gpu(
         now=1.0,
         nodes=[{"id": "n1", "gpus": 4, "state": "up"}],
@@ -190,6 +225,7 @@ NESTED_PARAMS: list[tuple[str, tuple[str, ...], type[Any]]] = [
     ("dags.submit", ("stages", "[]"), kairos_client.types.StageSpecParam),
     ("decide", ("nodes", "[]"), kairos_client.types.SnapshotNodeParam),
     ("decide_gpu", ("jobs", "[]"), kairos_client.types.GpuJobParam),
+    ("decide_dag", ("dags", "[]"), kairos_client.types.DagStateParam),
     ("decide", ("pending", "[]"), kairos_client.types.JobSpecParam),
     ("decide", ("running", "[]"), kairos_client.types.RunningJobParam),
 ]
@@ -474,6 +510,7 @@ def _strip_not_given(annotation: Any) -> tuple[Any, bool]:
 #: Body fields an SDK method always sends with one value (not an argument of the method).
 CONSTANT_BODY_FIELDS: dict[str, dict[str, Any]] = {
     "decide_gpu": {"domain": Required[Literal["gpu"]]},
+    "decide_dag": {"domain": Required[Literal["dag"]]},
 }
 
 

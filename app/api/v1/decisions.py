@@ -102,6 +102,10 @@ async def schedule_cluster(
             openapi_examples={
                 "apply": example("Schedule and apply", {}),
                 "dry": example("Preview with explanations", {"dry_run": True, "explain": True}),
+                "dag": example(
+                    "A dag cluster's round after a stage returned slots",
+                    {"trigger": {"type": "stage_released", "job_id": "q9-1:scan"}},
+                ),
             }
         ),
     ] = None,

@@ -45,6 +45,7 @@ from kairos_client.resources import (
     Policies,
     Tunes,
 )
+from kairos_client.types.dag import DagStateParam, RoundTriggerParam
 from kairos_client.types.decision import Decision
 from kairos_client.types.gpu import GpuJobParam, GpuNodeParam, GpuSettingsParam
 from kairos_client.types.params import JobSpecParam, RunningJobParam, SnapshotNodeParam
@@ -110,6 +111,41 @@ def _decide_gpu_options(
             "policy": policy,
             "fallback": fallback,
             "gpu": plain(gpu),
+            "explain": explain,
+            "deadline_ms": deadline_ms,
+        }
+    )
+    return RequestOptions(
+        "POST", "/v1/decide", json=body, timeout=timeout, idempotency_key=idempotency_key
+    )
+
+
+def _decide_dag_options(
+    *,
+    now: float,
+    nodes: Sequence[SnapshotNodeParam],
+    dags: Sequence[DagStateParam],
+    executor_capacity: Mapping[str, float] | NotGiven,
+    trigger: RoundTriggerParam | NotGiven,
+    policy: str | NotGiven,
+    fallback: str | NotGiven,
+    weighted_fair_alpha: float | NotGiven,
+    explain: bool | NotGiven,
+    deadline_ms: float | NotGiven,
+    timeout: Timeout | NotGiven,
+    idempotency_key: str | NotGiven,
+) -> RequestOptions:
+    body = strip_not_given(
+        {
+            "domain": "dag",
+            "now": now,
+            "nodes": plain(list(nodes)),
+            "dags": plain(list(dags)),
+            "executor_capacity": plain(executor_capacity),
+            "trigger": plain(trigger),
+            "policy": policy,
+            "fallback": fallback,
+            "weighted_fair_alpha": weighted_fair_alpha,
             "explain": explain,
             "deadline_ms": deadline_ms,
         }
@@ -288,6 +324,42 @@ class Client(SyncAPIClient):
         )
         return self.parse_model(Decision, self.request(options))
 
+    def decide_dag(
+        self,
+        *,
+        now: float,
+        nodes: Sequence[SnapshotNodeParam],
+        dags: Sequence[DagStateParam] = (),
+        executor_capacity: Mapping[str, float] | NotGiven = NOT_GIVEN,
+        trigger: RoundTriggerParam | NotGiven = NOT_GIVEN,
+        policy: str | NotGiven = NOT_GIVEN,
+        fallback: str | NotGiven = NOT_GIVEN,
+        weighted_fair_alpha: float | NotGiven = NOT_GIVEN,
+        explain: bool | NotGiven = NOT_GIVEN,
+        deadline_ms: float | NotGiven = NOT_GIVEN,
+        timeout: Timeout | NotGiven = NOT_GIVEN,
+        idempotency_key: str | NotGiven = NOT_GIVEN,
+    ) -> Decision:
+        """Stateless decision over a DAG snapshot (``POST /v1/decide`` with ``domain: "dag"``):
+        nodes, the executor slot and DAGs with their stages' progress. Each allocation grants a
+        stage ``{dag_id}:{stage_id}`` slots per node (``tasks``) under ``parallelism_limit``;
+        reservations commit slots to stages whose parents still run."""
+        options = _decide_dag_options(
+            now=now,
+            nodes=nodes,
+            dags=dags,
+            executor_capacity=executor_capacity,
+            trigger=trigger,
+            policy=policy,
+            fallback=fallback,
+            weighted_fair_alpha=weighted_fair_alpha,
+            explain=explain,
+            deadline_ms=deadline_ms,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        )
+        return self.parse_model(Decision, self.request(options))
+
     def health(self, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> Mapping[str, object]:
         """``GET /readyz`` once (no retries): ``{"database", "queue", "policies"}`` each ``ok``,
         ``degraded`` or ``down``. A 503 (not ready) returns its body too; it is an answer."""
@@ -455,6 +527,39 @@ class AsyncClient(AsyncAPIClient):
             policy=policy,
             fallback=fallback,
             gpu=gpu,
+            explain=explain,
+            deadline_ms=deadline_ms,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        )
+        return self.parse_model(Decision, await self.request(options))
+
+    async def decide_dag(
+        self,
+        *,
+        now: float,
+        nodes: Sequence[SnapshotNodeParam],
+        dags: Sequence[DagStateParam] = (),
+        executor_capacity: Mapping[str, float] | NotGiven = NOT_GIVEN,
+        trigger: RoundTriggerParam | NotGiven = NOT_GIVEN,
+        policy: str | NotGiven = NOT_GIVEN,
+        fallback: str | NotGiven = NOT_GIVEN,
+        weighted_fair_alpha: float | NotGiven = NOT_GIVEN,
+        explain: bool | NotGiven = NOT_GIVEN,
+        deadline_ms: float | NotGiven = NOT_GIVEN,
+        timeout: Timeout | NotGiven = NOT_GIVEN,
+        idempotency_key: str | NotGiven = NOT_GIVEN,
+    ) -> Decision:
+        """Stateless decision over a DAG snapshot (see :meth:`Client.decide_dag`)."""
+        options = _decide_dag_options(
+            now=now,
+            nodes=nodes,
+            dags=dags,
+            executor_capacity=executor_capacity,
+            trigger=trigger,
+            policy=policy,
+            fallback=fallback,
+            weighted_fair_alpha=weighted_fair_alpha,
             explain=explain,
             deadline_ms=deadline_ms,
             timeout=timeout,

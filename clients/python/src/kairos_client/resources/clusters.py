@@ -9,6 +9,7 @@ from kairos_client._params import list_params, plain
 from kairos_client._resource import AsyncAPIResource, SyncAPIResource, path
 from kairos_client._types import NOT_GIVEN, NotGiven, Timeout, strip_not_given
 from kairos_client.types.cluster import Cluster
+from kairos_client.types.dag import RoundTriggerParam
 from kairos_client.types.decision import Decision
 from kairos_client.types.gpu import GpuSettingsParam
 from kairos_client.types.shadow import ShadowReport
@@ -58,6 +59,7 @@ def _schedule(
     policy: str | NotGiven,
     explain: bool | NotGiven,
     deadline_ms: float | NotGiven,
+    trigger: RoundTriggerParam | NotGiven,
     timeout: Timeout | NotGiven,
     idempotency_key: str | NotGiven,
 ) -> RequestOptions:
@@ -68,6 +70,7 @@ def _schedule(
             "policy": policy,
             "explain": explain,
             "deadline_ms": deadline_ms,
+            "trigger": plain(trigger),
         }
     )
     return RequestOptions(
@@ -159,12 +162,14 @@ class Clusters(SyncAPIResource):
         policy: str | NotGiven = NOT_GIVEN,
         explain: bool | NotGiven = NOT_GIVEN,
         deadline_ms: float | NotGiven = NOT_GIVEN,
+        trigger: RoundTriggerParam | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,
     ) -> Decision:
         """Run one scheduling cycle. Unless ``dry_run``, the allocations are applied (jobs become
         ``running``, node capacity is taken) atomically with storing the decision.
-        ``deadline_ms`` bounds the primary policy; past it the fallback decides."""
+        ``deadline_ms`` bounds the primary policy; past it the fallback decides. ``trigger``
+        (dag clusters): the event that caused the round."""
         options = _schedule(
             cluster_id,
             dry_run=dry_run,
@@ -172,6 +177,7 @@ class Clusters(SyncAPIResource):
             policy=policy,
             explain=explain,
             deadline_ms=deadline_ms,
+            trigger=trigger,
             timeout=timeout,
             idempotency_key=idempotency_key,
         )
@@ -255,6 +261,7 @@ class AsyncClusters(AsyncAPIResource):
         policy: str | NotGiven = NOT_GIVEN,
         explain: bool | NotGiven = NOT_GIVEN,
         deadline_ms: float | NotGiven = NOT_GIVEN,
+        trigger: RoundTriggerParam | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,
     ) -> Decision:
@@ -266,6 +273,7 @@ class AsyncClusters(AsyncAPIResource):
             policy=policy,
             explain=explain,
             deadline_ms=deadline_ms,
+            trigger=trigger,
             timeout=timeout,
             idempotency_key=idempotency_key,
         )

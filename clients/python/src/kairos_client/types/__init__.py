@@ -2,7 +2,16 @@
 
 from kairos_client.types.audit import AuditEvent
 from kairos_client.types.cluster import Cluster
-from kairos_client.types.dag import Dag, DagStage, DagState, StageSpecParam
+from kairos_client.types.dag import (
+    Dag,
+    DagSpecParam,
+    DagStage,
+    DagState,
+    DagStateParam,
+    RoundTriggerParam,
+    StageProgressParam,
+    StageSpecParam,
+)
 from kairos_client.types.decision import (
     Allocation,
     Decision,
@@ -49,8 +58,10 @@ __all__ = [
     "AuditEvent",
     "Cluster",
     "Dag",
+    "DagSpecParam",
     "DagStage",
     "DagState",
+    "DagStateParam",
     "Decision",
     "DecisionDetail",
     "Fallback",
@@ -73,11 +84,13 @@ __all__ = [
     "PolicyRef",
     "PromotionGuard",
     "Reservation",
+    "RoundTriggerParam",
     "RunningJobParam",
     "Shadow",
     "ShadowPolicyStats",
     "ShadowReport",
     "SnapshotNodeParam",
+    "StageProgressParam",
     "StageSpecParam",
     "Tune",
     "TuneError",

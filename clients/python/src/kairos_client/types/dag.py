@@ -35,6 +35,39 @@ class StageSpecParam(TypedDict, total=False):
     profile: Mapping[str, StageProfileParam]
 
 
+class DagSpecParam(TypedDict, total=False):
+    """A DAG of a ``decide_dag`` snapshot (``DagSpec``; ids without ``:``)."""
+
+    id: Required[str]
+    stages: Required[Sequence[StageSpecParam]]
+    submit_time: float
+    priority: int
+    user: str
+    queue: str
+    labels: Mapping[str, str]
+
+
+class StageProgressParam(TypedDict, total=False):
+    stage_id: Required[str]
+    launched: int
+    finished: int
+    running_slots: int
+
+
+class DagStateParam(TypedDict, total=False):
+    """A DAG and its stages' progress in a ``decide_dag`` snapshot."""
+
+    spec: Required[DagSpecParam]
+    stage_progress: Sequence[StageProgressParam]
+
+
+class RoundTriggerParam(TypedDict, total=False):
+    """What caused a dag round: after ``stage_released`` the DAG of ``job_id`` keeps its slots."""
+
+    type: Required[Literal["stage_released", "dag_arrived", "slots_added", "periodic"]]
+    job_id: str
+
+
 class DagStage(BaseModel):
     """A stage's progress; the stage is also the job ``job_id`` (``{dag_id}:{stage_id}``)."""
 
