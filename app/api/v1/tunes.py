@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse
 
 from app.api.deps import CtxDep, DatabaseDep, DecisionServiceDep, TenantDep
 from app.api.errors import ERROR_RESPONSES
 from app.api.v1.params import ClusterId, Cursor, Limit
-from app.schemas.common import DEFAULT_PAGE_LIMIT, Page
+from app.schemas.common import DEFAULT_PAGE_LIMIT, Page, example
 from app.schemas.tune import MAX_HISTORY_JOBS, TuneCreate, TunePromote, TunePromoteRead, TuneRead
 from app.services import tunes as tune_service
 
@@ -153,7 +153,15 @@ async def promote_tune(
     tenant: TenantDep,
     database: DatabaseDep,
     decisions: DecisionServiceDep,
-    body: TunePromote | None = None,
+    body: Annotated[
+        TunePromote | None,
+        Body(
+            openapi_examples={
+                "guarded": example("Promote if the guard passes", {"force": False}),
+                "forced": example("Promote whatever the guard says", {"force": True}),
+            }
+        ),
+    ] = None,
 ) -> TunePromoteRead:
     return await tune_service.promote_tune(
         database, tenant, cluster_id, tune_id, body or TunePromote(), decisions=decisions
