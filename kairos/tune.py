@@ -19,7 +19,14 @@ from pathlib import Path
 
 from app.domains.hpc.swf import SwfFormatError, load_swf
 from app.domains.hpc.types import Backfill
-from app.tuning.procedure import TuneError, TuneResult, ValidationRow, first_jobs, tune
+from app.tuning.procedure import (
+    TuneConfig,
+    TuneError,
+    TuneResult,
+    ValidationRow,
+    first_jobs,
+    tune,
+)
 from sim.progress import Progress
 
 COMMAND = "tune"
@@ -48,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget-s", type=float, default=600.0, help="wall-clock bound (s)")
     p.add_argument("--workers", type=int, default=2, help="simulator processes")
     p.add_argument("--seed", type=int, default=0, help="seed of the training")
+    p.add_argument(
+        "--window-length",
+        type=int,
+        default=TuneConfig().window_length,
+        help="jobs per training and validation window (the evaluation protocol's: 1024)",
+    )
     p.add_argument("--name", default="hpc-tuned", help="policy name in the card")
     p.add_argument("--version", default="1", help="policy version in the card")
     p.add_argument("--out", required=True, type=Path, help="output directory (new or empty)")
@@ -94,6 +107,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> TuneResult:
             name=args.name,
             version=args.version,
             command=shlex.join(["kairos", COMMAND, *argv]),
+            config=TuneConfig(window_length=args.window_length),
         )
 
 
@@ -103,8 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_in = args_in[1:]
     parser = build_parser()
     args = parser.parse_args(args_in)
-    if args.workers < 1 or args.time_budget_s <= 0:
-        parser.error("--workers must be >= 1 and --time-budget-s > 0")
+    if args.workers < 1 or args.time_budget_s <= 0 or args.window_length < 1:
+        parser.error("--workers and --window-length must be >= 1, --time-budget-s > 0")
     if not args.trace.is_file():
         parser.error(f"--trace: no such file: {args.trace}")
     try:

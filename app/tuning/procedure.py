@@ -24,8 +24,9 @@ Interface (``kairos tune`` and the service's tune task call exactly this)::
   heuristic by the model registry and ``kairos evaluate --policies DIR``).
 * ``progress(fraction, message)``: called as work completes (``fraction`` in [0, 1], rising).
 * Raises :class:`TuneError` (with the reason) when the history is too short, the start model is
-  not an ES ranking model, ``out_dir`` is taken, or the budget ends before any candidate was
-  validated; then nothing is written.
+  not an ES ranking model, ``out_dir`` is taken, or the budget ends before every heuristic was
+  validated; then nothing is written. Candidates the budget leaves no time for are left out
+  of the comparison (the table lists those that ran).
 
 The procedure (:class:`TuneConfig` holds its constants):
 
@@ -385,14 +386,24 @@ def _blends(base: str, theta: Theta, shapes: Shapes, config: TuneConfig) -> list
     return out
 
 
-def _validate(sim: _Simulator, cands: list[_Candidate], split: Split, backfill: Backfill) -> None:
+def _validate(
+    sim: _Simulator, cands: list[_Candidate], split: Split, backfill: Backfill, clock: _Clock
+) -> tuple[list[_Candidate], float]:
+    """Run ``cands`` one by one on every validation window while the budget allows the next
+    (expected to take as long as the last); returns those run and the seconds of the last."""
     starts = [*split.val_starts, *split.early_starts]
-    tasks: list[Task] = [(c.spec, s, split.length, backfill.value) for c in cands for s in starts]
-    values = sim.run(tasks)
-    w, v = len(starts), len(split.val_starts)
-    for i, c in enumerate(cands):
-        c.values = values[i * w : i * w + v]
-        c.early = values[i * w + v : (i + 1) * w]
+    v = len(split.val_starts)
+    done: list[_Candidate] = []
+    last_s = 0.0
+    for c in cands:
+        if clock.left() <= last_s:
+            break
+        t0 = time.monotonic()
+        values = sim.run([(c.spec, s, split.length, backfill.value) for s in starts])
+        c.values, c.early = values[:v], values[v:]
+        done.append(c)
+        last_s = time.monotonic() - t0
+    return done, last_s
 
 
 def _rows(heur: list[_Candidate], learned: list[_Candidate]) -> list[ValidationRow]:
@@ -520,17 +531,13 @@ def tune(
     try:
         clock.tell("validating the heuristics", 0.0)
         heur = [_Candidate(h, "heuristic", h) for h in conf.heuristics]
-        _validate(sim, heur, split, backfill)
+        if len(_validate(sim, heur, split, backfill, clock)[0]) < len(heur):
+            raise TuneError(
+                f"the time budget of {time_budget_s:g} s ended before every heuristic was validated"
+            )
         clock.tell("validating the start models")
-        learned: list[_Candidate] = []
-        t0 = time.monotonic()
-        for label, theta in starts:
-            learned += _blends(label, theta, shapes, conf)
-        if clock.left() > 0:
-            _validate(sim, learned, split, backfill)
-        else:
-            learned = []
-        per_candidate_s = (time.monotonic() - t0) / max(1, len(learned))
+        learned = [c for label, theta in starts for c in _blends(label, theta, shapes, conf)]
+        learned, per_candidate_s = _validate(sim, learned, split, backfill, clock)
         tuned_count = max(1, conf.snapshots) * (1 + len(conf.blends))
         reserve_s = 1.25 * per_candidate_s * tuned_count + 2.0
         clock.tell("training")
@@ -542,14 +549,11 @@ def tune(
         tuned: list[_Candidate] = []
         for gen, theta in run.snapshots:
             tuned += _blends(f"tuned@{gen}", theta, shapes, conf)
-        if tuned and clock.left() > per_candidate_s * len(tuned):
+        if tuned:
             clock.tell("validating the tuned models")
-            _validate(sim, tuned, split, backfill)
-            learned += tuned
+            learned += _validate(sim, tuned, split, backfill, clock)[0]
     finally:
         sim.close()
-    if not heur[0].values:
-        raise TuneError(f"the time budget of {time_budget_s:g} s ended before any candidate")
     table = _rows(heur, learned)
     best_h = next(r for r in table if r.kind == "heuristic")
     best_l = next((r for r in table if r.kind == "model"), None)

@@ -243,3 +243,21 @@ def test_a_start_model_that_is_no_ranking_model_is_refused(
             out_dir=tmp_path / "x",
             config=TINY,
         )
+
+
+def test_a_budget_that_ends_before_the_heuristics_ran_is_an_error(
+    lublin: SwfTrace, tmp_path: Path
+) -> None:
+    out = tmp_path / "late"
+    with pytest.raises(TuneError, match="ended before every heuristic was validated"):
+        tune(
+            first_jobs(lublin, 2000),
+            backfill=Backfill.EASY,
+            from_model=None,
+            time_budget_s=1e-6,
+            workers=1,
+            seed=0,
+            out_dir=out,
+            config=TINY,
+        )
+    assert not out.exists()
