@@ -21,6 +21,7 @@ from app.domains.hpc.types import (
 )
 from app.schemas.cluster import (
     ClusterRead,
+    ClusterUpsert,
     DomainName,
     GpuClusterSettings,
     GpuSettingsRead,
@@ -240,6 +241,14 @@ def cluster_read(
             else None
         ),
     )
+
+
+def domain_config(body: ClusterUpsert) -> dict[str, Any] | None:
+    """What a cluster stores in ``clusters.domain_config``: a gpu cluster its ``gpu`` settings
+    (the defaults when the body has none); other domains nothing."""
+    if body.domain != "gpu":
+        return None
+    return {"gpu": (body.gpu or GpuClusterSettings()).model_dump(mode="json")}
 
 
 def gpu_settings(record: ClusterRecord) -> GpuClusterSettings:

@@ -99,7 +99,6 @@ _decide_with: Callable[[ClusterSnapshot, Any, GpuConfig], GpuDecision] = decide
 __all__ = [
     "GPU_CODEC",
     "decide_snapshot",
-    "domain_config",
     "job_size",
     "schedule_round",
     "settings_of",
@@ -115,11 +114,6 @@ DEFAULT_TENANT = "default"
 def settings_of(cluster: ClusterRecord) -> GpuClusterSettings:
     """The cluster's GPU settings (``domain_config["gpu"]``; the defaults when none are set)."""
     return gpu_settings(cluster)
-
-
-def domain_config(gpu: GpuClusterSettings | None) -> dict[str, Any]:
-    """What a gpu cluster stores in ``clusters.domain_config`` for ``ClusterUpsert.gpu``."""
-    return {"gpu": (gpu or GpuClusterSettings()).model_dump(mode="json")}
 
 
 def _config(s: GpuClusterSettings) -> GpuConfig:

@@ -17,7 +17,9 @@ from app.domains.gpu.heuristics import GpuConfig
 from app.domains.gpu.learned import ScoredPolicy
 from app.domains.gpu.types import ClusterSnapshot, GpuDecision, GpuJob, Placement, gpu_node
 from app.outcomes import FallbackReason
+from app.schemas.cluster import ClusterUpsert, GpuClusterSettings
 from app.services import gpu_rounds
+from app.services.convert import domain_config
 from app.services.errors import UnprocessableError
 
 STATE = ClusterSnapshot(
@@ -188,3 +190,19 @@ def test_service_advances_only_while_gpus_are_held() -> None:
     # time never runs backwards, a pending job accrues nothing
     assert gpu_rounds._advance(row, 4, 40.0) == row
     assert gpu_rounds._advance(row, 0, 70.0).attained_gpu_s == 100.0
+
+
+def test_a_gpu_cluster_stores_its_settings_and_others_nothing() -> None:
+    body = ClusterUpsert.model_validate(
+        {"domain": "gpu", "resources": ["gpu"], "gpu": {"restart_cost_s": 5.0}}
+    )
+    assert domain_config(body) == {
+        "gpu": {
+            "restart_cost_s": 5.0,
+            "las_thresholds_gpu_s": [3250.0, 7200.0],
+            "placement": "consolidate",
+        }
+    }
+    plain = ClusterUpsert.model_validate({"domain": "gpu", "resources": ["gpu"]})
+    assert domain_config(plain) == {"gpu": GpuClusterSettings().model_dump(mode="json")}
+    assert domain_config(ClusterUpsert.model_validate({"resources": ["cpu"]})) is None
