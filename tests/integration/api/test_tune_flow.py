@@ -103,6 +103,13 @@ async def test_shadow_then_guarded_promotion(client: httpx.AsyncClient, cid: str
     r = await client.post(f"/v1/clusters/{cid}/tunes/{tune['id']}/promote", json={})
     assert r.status_code == 409
     assert r.json()["error"]["code"] == "already_primary"
+    # the promoted policy decides the cluster's rounds (no fallback)
+    job = {"id": "later", "per_task": {"cpu": 1}, "walltime_s": 60.0, "submit_time": T0 + 2e5}
+    assert (await client.post(f"/v1/clusters/{cid}/jobs", json=job)).status_code == 201
+    decision = (await client.post(f"/v1/clusters/{cid}/schedule", json={"now": T0 + 2e5})).json()
+    assert decision["fallback"]["used"] is False, decision["fallback"]
+    assert decision["policy"]["name"] == result["policy"].partition("@")[0]
+    assert decision["allocations"][0]["job_id"] == "later"
 
     events = list(reversed(await audit(client, cid)))
     assert [e["action"] for e in events] == [
