@@ -449,16 +449,18 @@ def _evolve(
     seed: int,
     deadline: Callable[[float], bool],
     clock: _Clock,
+    first_gen_s: float,
 ) -> _EsRun:
     """OpenAI-ES (antithetic pairs, centred ranks, Adam) from ``theta0`` on training windows,
-    while ``deadline(expected generation seconds)`` is false."""
+    while ``deadline(expected generation seconds)`` is false (the first is expected to take
+    ``first_gen_s``, each later one as long as the last)."""
     rng = np.random.default_rng(seed)
     theta = theta0.copy()
     decay = shapes.decayed()
     m, v = np.zeros_like(theta), np.zeros_like(theta)
     beta1, beta2 = 0.9, 0.999
     history: list[tuple[int, Theta]] = []
-    gen_s = 0.0
+    gen_s = first_gen_s
     gen = 0
     while gen < config.max_generations and not deadline(gen_s):
         t0 = time.monotonic()
@@ -538,16 +540,21 @@ def tune(
         clock.tell("validating the start models")
         learned = [c for label, theta in starts for c in _blends(label, theta, shapes, conf)]
         learned, per_candidate_s = _validate(sim, learned, split, backfill, clock)
-        tuned_count = max(1, conf.snapshots) * (1 + len(conf.blends))
-        reserve_s = 1.25 * per_candidate_s * tuned_count + 2.0
+        # training stops in time to validate the last snapshot and its blends; earlier
+        # snapshots are validated after them while the budget allows
+        reserve_s = 1.25 * per_candidate_s * (1 + len(conf.blends)) + 2.0
+        window_s = per_candidate_s / (len(split.val_starts) + len(split.early_starts))
+        sims = (2 * conf.pairs + len(REFERENCE_HEURISTICS)) * conf.windows_per_generation
         clock.tell("training")
 
         def deadline(gen_s: float) -> bool:
             return clock.left() < reserve_s + gen_s
 
-        run = _evolve(sim, theta0, shapes, split, backfill, conf, seed, deadline, clock)
+        run = _evolve(
+            sim, theta0, shapes, split, backfill, conf, seed, deadline, clock, window_s * sims
+        )
         tuned: list[_Candidate] = []
-        for gen, theta in run.snapshots:
+        for gen, theta in reversed(run.snapshots):
             tuned += _blends(f"tuned@{gen}", theta, shapes, conf)
         if tuned:
             clock.tell("validating the tuned models")
