@@ -290,3 +290,17 @@ async def test_unknown_round_policy_is_422(client: httpx.AsyncClient, cid: str) 
     r = await client.post(f"/v1/clusters/{cid}/schedule", json={"policy": "f1"})
     assert r.status_code == 422
     assert r.json()["error"]["details"][0]["field"] == "body.policy"
+
+
+async def test_a_new_gpu_cluster_is_decided_by_the_shipped_gpu_model(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    await gpu_cluster(client, cid)
+    assert (await client.get(f"/v1/clusters/{cid}")).json()["policy"] == "gpu-v1"
+    await submit(client, cid, "a", 4, T0)
+    await submit(client, cid, "b", 8, T0 + 1)
+    d, after = await round_checked(client, cid, T0 + 5)
+    assert (d["policy"]["name"], d["policy"]["kind"]) == ("gpu-v1", "onnx")
+    assert d["fallback"] == {"used": False, "reason": None}
+    assert set(d["explain"]["jobs"]) == {"a", "b"}
+    assert sum(j["state"] == "running" for j in after.values()) == len(d["allocations"]) >= 1
