@@ -11,6 +11,7 @@ candidate has a bounded slowdown of exactly 1.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ import pytest
 
 from app.domains.hpc.heuristics import HEURISTIC_CLASSES
 from app.domains.hpc.swf import parse_swf
+from app.settings import Settings
 from tests.integration.api.tune_helpers import (
     T0,
     Planned,
@@ -32,6 +34,18 @@ pytestmark = pytest.mark.slow
 
 #: small enough for a test, large enough for the procedure to validate every candidate
 TUNE = {"time_budget_s": 4.0, "window_length": 16, "seed": 1}
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    """The shared settings with this test's own models directory: the models a tune registers
+    are written there, not into the checkout's ``models/``."""
+    return Settings(
+        DATABASE_URL=database_url,
+        MAX_BODY_BYTES=256 * 1024,
+        DEFAULT_DEADLINE_MS=5_000,
+        MODELS_DIR=str(tmp_path / "models"),
+    )
 
 
 def _row(tune: dict[str, Any], candidate: str) -> dict[str, Any]:
