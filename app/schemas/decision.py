@@ -140,6 +140,7 @@ class AllocationRead(ReadSchema):
     placements: list[PlacementRead]
     parallelism_limit: int | None = Field(
         default=None,
+        exclude_if=lambda v: v is None,
         description=(
             "dag clusters: the policy's cap on the slots of the stage's DAG (Decima's "
             "parallelism limit); `placements[].tasks` are the slots granted now. Absent elsewhere."
@@ -154,6 +155,7 @@ class ReservationRead(ReadSchema):
     )
     slots: int | None = Field(
         default=None,
+        exclude_if=lambda v: v is None,
         description="dag clusters: slots committed to a stage whose parents have not finished.",
     )
 
