@@ -13,6 +13,9 @@ from app.db.orm import ClusterRecord, TuneRecord
 from app.db.session import Database
 from app.domains.hpc.swf import parse_swf
 from app.kernel.clock import epoch_now
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import open_client
 from tests.integration.api.tune_helpers import T0, audit, record, setup_cluster, workload
 
 
@@ -162,3 +165,26 @@ async def test_a_tune_whose_replica_stopped_fails_and_cannot_be_promoted(
     assert f'data-tune="{stale}"' in page.text
     assert f'data-tune="{live}"' in page.text
     assert "lease_expired" in page.text
+
+
+async def test_another_tenant_sees_neither_the_history_nor_the_tunes(
+    settings: Settings, cid: str
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    keyed = settings.model_copy(update={"API_KEYS": f"acme-{run}:kA,globex-{run}:kB"})
+    a, b = {"Authorization": "Bearer kA"}, {"Authorization": "Bearer kB"}
+    async for api in open_client(create_app(keyed)):
+        api.headers.update(a)
+        await setup_cluster(api, cid, nodes=1, cpu=2)
+        assert (await api.get(f"/v1/clusters/{cid}/history")).status_code == 200
+        assert (await api.get(f"/v1/clusters/{cid}/tunes")).status_code == 200
+        api.headers.update(b)
+        for path in ("history", "tunes", f"tunes/tune_{'0' * 32}"):
+            r = await api.get(f"/v1/clusters/{cid}/{path}")
+            assert r.status_code == 404, (path, r.text)
+        r = await api.post(f"/v1/clusters/{cid}/tune", json={"window_length": 8})
+        assert r.status_code == 404
+        r = await api.post(f"/v1/clusters/{cid}/tunes/tune_{'0' * 32}/promote", json={})
+        assert r.status_code == 404
+        api.headers.pop("Authorization")
+        assert (await api.get(f"/v1/clusters/{cid}/tunes")).status_code == 401
