@@ -6,6 +6,7 @@ across preemption; the invariants checked after every round; a stored decision r
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 import httpx
@@ -304,3 +305,49 @@ async def test_a_new_gpu_cluster_is_decided_by_the_shipped_gpu_model(
     assert d["fallback"] == {"used": False, "reason": None}
     assert set(d["explain"]["jobs"]) == {"a", "b"}
     assert sum(j["state"] == "running" for j in after.values()) == len(d["allocations"]) >= 1
+
+
+@pytest.mark.parametrize("policy", ["las", "optimus"])
+async def test_many_rounds_account_service_from_the_decisions(
+    client: httpx.AsyncClient, cid: str, policy: str
+) -> None:
+    """Arrivals, ends, preemptions (las) and resizes (optimus) over many rounds: after every
+    round the invariants hold and every job's attained service is what the decisions gave it
+    (GPUs held after a round x the time to the next), whatever happened to it in between."""
+    rng = random.Random(7)
+    await gpu_cluster(client, cid, nodes=3, gpus=4, policy=policy)
+    expected: dict[str, float] = {}
+    held: dict[str, int] = {}
+    now, n = T0, 0
+    saw = {"preemptions": 0, "resizes": 0, "ends": 0}
+    for _ in range(8):
+        for _ in range(rng.randrange(3)):
+            low = rng.choice([1, 2, 4])
+            extra = {"max_tasks": low * 2} if rng.random() < 0.4 else {}
+            await submit(client, cid, f"j{n}", low, now - 1, **extra)
+            expected[f"j{n}"] = 0.0
+            n += 1
+        running = [j for j, g in held.items() if g]
+        if running and rng.random() < 0.5:
+            ended = rng.choice(running)
+            event = {"type": "finished", "at": now}
+            r = await client.post(f"/v1/clusters/{cid}/jobs/{ended}/events", json=event)
+            assert r.status_code == 200, r.text
+            held.pop(ended)
+            saw["ends"] += 1
+        d, after = await round_checked(client, cid, now)
+        saw["preemptions"] += len(d["preemptions"])
+        saw["resizes"] += len(d["resizes"])
+        for jid, job in after.items():
+            assert job["service"]["attained_gpu_s"] == pytest.approx(expected[jid]), jid
+        held = {
+            jid: sum(p["tasks"] for p in job["placements"])
+            for jid, job in after.items()
+            if job["state"] == "running"
+        }
+        dt = rng.choice([200.0, 600.0, 1500.0])
+        for jid, g in held.items():
+            expected[jid] += g * dt
+        now += dt
+    assert saw["ends"] > 0
+    assert saw["preemptions" if policy == "las" else "resizes"] > 0
