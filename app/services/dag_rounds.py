@@ -542,6 +542,33 @@ async def decide_dag(
     )
 
 
+async def shadow_allocations(
+    state: DagClusterState,
+    free: Sequence[tuple[str, int]],
+    *,
+    policy: str,
+    alpha: float,
+    decisions: DecisionService,
+    tenant: str | None,
+) -> list[dict[str, Any]] | None:
+    """The shadow policy's allocations on the same snapshot (placed like the primary's), or
+    ``None`` when it cannot decide safely: a shadow never falls back and is never applied."""
+    resolved = await _resolve(policy, alpha, decisions, tenant)
+    if resolved.policy is None:
+        return None
+    try:
+        decision, _ = await anyio.to_thread.run_sync(
+            _run, state, resolved.policy, False, _stage_ids_of(state)
+        )
+        if check_decision(state, decision):
+            return None
+        placements = place(free, decision.allocations)
+    except Exception as exc:
+        logger.warning("DAG shadow policy %s failed: %r", policy, exc)
+        return None
+    return [_grant_allocation(g, p) for g, p in zip(decision.allocations, placements, strict=True)]
+
+
 # -- the decision record ---------------------------------------------------------------------------
 
 
@@ -563,6 +590,7 @@ def _record(
     placements: Sequence[Sequence[Sequence[Any]]],
     request_id: str,
     dry_run: bool,
+    shadow: tuple[str, list[dict[str, Any]] | None] | None = None,
 ) -> DecisionRecord:
     d = outcome.decision
     explain = None
@@ -589,8 +617,8 @@ def _record(
         policy_kind=outcome.kind,
         fallback_used=outcome.fallback_used,
         fallback_reason=None if outcome.fallback_reason is None else outcome.fallback_reason.value,
-        shadow_policy=None,
-        shadow_allocations=None,
+        shadow_policy=None if shadow is None else shadow[0],
+        shadow_allocations=None if shadow is None else shadow[1],
         allocations=[
             _grant_allocation(g, p) for g, p in zip(d.allocations, placements, strict=True)
         ],
@@ -842,6 +870,19 @@ async def schedule_round(
         tenant=ctx.tenant,
     )
     placements = place(snapshot.free, outcome.decision.allocations)
+    shadow = None
+    if cluster.shadow_policy:
+        shadow = (
+            cluster.shadow_policy,
+            await shadow_allocations(
+                snapshot.state,
+                snapshot.free,
+                policy=cluster.shadow_policy,
+                alpha=float(raw["weighted_fair_alpha"]),
+                decisions=decisions,
+                tenant=ctx.tenant,
+            ),
+        )
     record = _record(
         tenant=ctx.tenant,
         cluster=cluster,
@@ -851,6 +892,7 @@ async def schedule_round(
         placements=placements,
         request_id=request_id or _new_id("req"),
         dry_run=body.dry_run,
+        shadow=shadow,
     )
     record.created_at = utc_now()
     await _store(ctx, record)

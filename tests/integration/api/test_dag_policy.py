@@ -102,3 +102,35 @@ async def test_a_primary_past_its_deadline_hands_the_round_to_the_fallback(
     assert d["fallback"] == {"used": True, "reason": "deadline_exceeded"}
     assert d["policy"]["name"] == "fair"
     assert sum(p["tasks"] for a in d["allocations"] for p in a["placements"]) == 4
+
+
+async def test_a_shadow_policy_is_decided_beside_and_never_applied(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    await make_dag_cluster(client, cid, nodes=1, cpu=2)
+    r = await client.put(
+        f"/v1/clusters/{cid}",
+        json={
+            "name": "dag test",
+            "domain": "dag",
+            "resources": ["cpu", "memory_gb"],
+            "policy": "fifo",
+            "shadow_policy": "sjf_cp",
+        },
+    )
+    assert r.status_code == 200, r.text
+    await client.post(f"/v1/clusters/{cid}/dags", json=wide_dag("big", 9, NOW))
+    await client.post(f"/v1/clusters/{cid}/dags", json=wide_dag("small", 1, NOW + 1))
+    d = (await client.post(f"/v1/clusters/{cid}/schedule", json={"now": NOW + 2})).json()
+    assert [a["job_id"] for a in d["allocations"]] == ["big:only"]  # fifo: the first DAG
+    assert d["shadow"]["policy"] == "sjf_cp"
+    shadow = [(a["job_id"], a["placements"]) for a in d["shadow"]["allocations"]]
+    assert shadow == [
+        ("small:only", [{"node_id": "n0", "tasks": 1}]),
+        ("big:only", [{"node_id": "n0", "tasks": 1}]),
+    ]
+    small = (await client.get(f"/v1/clusters/{cid}/dags/small")).json()
+    assert small["running_slots"] == 0  # the shadow's choice is not applied
+    report = (await client.get(f"/v1/clusters/{cid}/shadow-report")).json()
+    assert report["policies"][0]["shadow_policy"] == "sjf_cp"
+    assert report["policies"][0]["compared"] == 1
