@@ -428,35 +428,41 @@ async def get_tune(database: Database, tenant: str, cluster_id: str, tune_id: st
         return _read(await _tune_of(session, cluster, tune_id))
 
 
+async def _tune_page(
+    session: AsyncSession, tenant: str, cluster_id: str, after: int | None, limit: int
+) -> tuple[Page[TuneRead], bool]:
+    """One page of the cluster's tunes, newest first, and whether one of them is stale."""
+    cluster = await require_cluster(Ctx(session=session, tenant=tenant), cluster_id)
+    stmt = select(TuneRecord).where(
+        TuneRecord.tenant == tenant, TuneRecord.cluster_pk == cluster.pk
+    )
+    if after is not None:
+        stmt = stmt.where(TuneRecord.pk < after)
+    stmt = stmt.order_by(TuneRecord.pk.desc()).limit(limit + 1)
+    rows = list((await session.execute(stmt)).scalars())
+    more = len(rows) > limit
+    rows = rows[:limit]
+    now = epoch_now()
+    page = Page[TuneRead](
+        items=[_read(r) for r in rows],
+        next_cursor=encode_cursor(rows[-1].pk) if more and rows else None,
+    )
+    return page, any(_is_stale(r, now) for r in rows)
+
+
 async def list_tunes(
     database: Database, tenant: str, cluster_id: str, *, limit: int, cursor: str | None
 ) -> Page[TuneRead]:
-    """The cluster's tunes, newest first."""
+    """The cluster's tunes, newest first (a stale one is failed first, then read again)."""
     after = cursor_arg(cursor)
-    for write in (False, True):
-        async with database.transaction(write=write) as session:
-            if write:
-                await fail_stale(session, tenant=tenant, now=epoch_now())
-            cluster = await require_cluster(Ctx(session=session, tenant=tenant), cluster_id)
-            stmt = select(TuneRecord).where(
-                TuneRecord.tenant == tenant, TuneRecord.cluster_pk == cluster.pk
-            )
-            if after is not None:
-                stmt = stmt.where(TuneRecord.pk < after)
-            rows = list(
-                (
-                    await session.execute(stmt.order_by(TuneRecord.pk.desc()).limit(limit + 1))
-                ).scalars()
-            )
-            now = epoch_now()
-            if write or not any(_is_stale(r, now) for r in rows):
-                more = len(rows) > limit
-                rows = rows[:limit]
-                return Page[TuneRead](
-                    items=[_read(r) for r in rows],
-                    next_cursor=encode_cursor(rows[-1].pk) if more and rows else None,
-                )
-    raise AssertionError("unreachable")  # pragma: no cover
+    async with database.transaction(write=False) as session:
+        page, stale = await _tune_page(session, tenant, cluster_id, after, limit)
+    if not stale:
+        return page
+    async with database.transaction(write=True) as session:
+        await fail_stale(session, tenant=tenant, now=epoch_now())
+        page, _ = await _tune_page(session, tenant, cluster_id, after, limit)
+    return page
 
 
 # ================================================================ starting a tune
