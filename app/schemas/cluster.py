@@ -84,8 +84,20 @@ class GpuSettingsRead(ReadSchema):
     placement: str
 
 
+#: A cluster of GPU training jobs (domain gpu) with its settings.
+GPU_CLUSTER_EXAMPLE: JsonDict = {
+    "name": "Training GPUs",
+    "domain": "gpu",
+    "resources": ["gpu"],
+    "fallback": "tiresias-2dlas",
+    "gpu": {"restart_cost_s": 30, "las_thresholds_gpu_s": [3250, 7200]},
+}
+
+
 class ClusterUpsert(Schema):
-    model_config = ConfigDict(json_schema_extra={"examples": [CLUSTER_EXAMPLE]})
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [CLUSTER_EXAMPLE, GPU_CLUSTER_EXAMPLE]}
+    )
 
     name: Name | None = None
     domain: DomainName = Field(

@@ -37,8 +37,21 @@ JOB_EXAMPLE: JsonDict = {
 }
 
 
+#: An elastic training job of a gpu cluster: 2..8 GPUs, one per task.
+GPU_JOB_EXAMPLE: JsonDict = {
+    "id": "bert-3",
+    "tasks": 4,
+    "per_task": {"gpu": 1},
+    "walltime_s": 7200,
+    "user": "alice",
+    "labels": {"kairos/app": "bert"},
+    "min_tasks": 2,
+    "max_tasks": 8,
+}
+
+
 class JobSpec(Schema):
-    model_config = ConfigDict(json_schema_extra={"examples": [JOB_EXAMPLE]})
+    model_config = ConfigDict(json_schema_extra={"examples": [JOB_EXAMPLE, GPU_JOB_EXAMPLE]})
 
     id: Id
     tasks: TaskCount = 1

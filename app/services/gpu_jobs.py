@@ -15,11 +15,19 @@ from collections.abc import Iterable, Sequence
 from app.db.orm import ClusterRecord, JobRecord
 from app.db.repositories.gpu_service_repository import ServiceRow, service_rows
 from app.db.repositories.node_repository import NodeRepository
+from app.schemas.decision import DecideRequest
 from app.schemas.job import GpuServiceRead, JobRead, JobSpec
 from app.services.context import Ctx
 from app.services.errors import ErrorItem, UnprocessableError
 
-__all__ = ["GPU_DOMAIN", "GPU_PER_TASK", "check_specs", "service_read", "with_service"]
+__all__ = [
+    "GPU_DOMAIN",
+    "GPU_PER_TASK",
+    "check_hpc_snapshot",
+    "check_specs",
+    "service_read",
+    "with_service",
+]
 
 GPU_DOMAIN = "gpu"
 #: what every task of a GPU job asks for: one whole GPU
@@ -29,6 +37,44 @@ MAX_PROBLEMS = 100
 
 def _elastic_fields(spec: JobSpec) -> list[str]:
     return [name for name in ("min_tasks", "max_tasks") if getattr(spec, name) is not None]
+
+
+def _elastic_problems(
+    specs: Iterable[tuple[str, JobSpec]], domain: str, where: str
+) -> list[ErrorItem]:
+    problems: list[ErrorItem] = []
+    for prefix, spec in specs:
+        if spec.min_tasks is None and spec.max_tasks is None:
+            continue
+        problems.extend(
+            ErrorItem(
+                f"{prefix}.{name}",
+                f"only gpu clusters take elastic jobs; {where} is {domain}",
+                "not_allowed",
+            )
+            for name in _elastic_fields(spec)
+        )
+        if len(problems) >= MAX_PROBLEMS:
+            break
+    return problems
+
+
+def check_hpc_snapshot(body: DecideRequest) -> None:
+    """422 naming the elastic fields (``min_tasks``, ``max_tasks``) of an hpc ``/v1/decide``
+    snapshot's jobs: only gpu clusters take elastic jobs."""
+    specs = [
+        (f"body.pending[{i}]", s)
+        for i, s in enumerate(body.pending)
+        if s.min_tasks is not None or s.max_tasks is not None
+    ]
+    specs += [
+        (f"body.running[{i}].job", r.job)
+        for i, r in enumerate(body.running)
+        if r.job.min_tasks is not None or r.job.max_tasks is not None
+    ]
+    problems = _elastic_problems(specs, "hpc", "this snapshot")
+    if problems:
+        raise UnprocessableError("the decide request is invalid", details=problems)
 
 
 def _spec_problems(spec: JobSpec, where: str, cluster_gpus: int | None) -> list[ErrorItem]:
@@ -71,17 +117,8 @@ async def check_specs(
     together (a cluster with no nodes yet takes any size: nodes may be added)."""
     problems: list[ErrorItem] = []
     if cluster.domain != GPU_DOMAIN:
-        for i, spec in enumerate(specs):
-            problems.extend(
-                ErrorItem(
-                    f"{prefix.format(i=i)}.{name}",
-                    f"only gpu clusters take elastic jobs; {cluster.id!r} is {cluster.domain}",
-                    "not_allowed",
-                )
-                for name in _elastic_fields(spec)
-            )
-            if len(problems) >= MAX_PROBLEMS:
-                break
+        named = ((prefix.format(i=i), spec) for i, spec in enumerate(specs))
+        problems = _elastic_problems(named, cluster.domain, repr(cluster.id))
     else:
         capacities = await NodeRepository(ctx.session).capacities(cluster.pk)
         total = sum(int(float(c.get("gpu", 0.0))) for c in capacities)

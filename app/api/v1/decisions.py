@@ -27,7 +27,7 @@ from app.schemas.decision import (
     ScheduleRequest,
 )
 from app.schemas.gpu import GPU_DECIDE_EXAMPLE, GpuDecideRequest
-from app.services import dag_rounds, gpu_rounds, scheduling
+from app.services import dag_rounds, gpu_jobs, gpu_rounds, scheduling
 from app.services import decisions as decision_log
 
 router = APIRouter(tags=["decisions"], responses=ERROR_RESPONSES)
@@ -174,6 +174,7 @@ async def decide(
             request_id=request_id,
             store=store,
         )
+    gpu_jobs.check_hpc_snapshot(body)
     return await scheduling.decide_snapshot(
         tenant,
         body,

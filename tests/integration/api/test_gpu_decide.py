@@ -134,3 +134,11 @@ async def test_hpc_body_is_unchanged(client: httpx.AsyncClient, domain: str | No
     d = r.json()
     assert (d["preemptions"], d["resizes"]) == ([], [])
     assert d["allocations"]
+
+
+async def test_elastic_fields_in_an_hpc_snapshot_are_422(client: httpx.AsyncClient) -> None:
+    body = dict(DECIDE_EXAMPLE)
+    body["pending"] = [{**DECIDE_EXAMPLE["pending"][0], "max_tasks": 4}]  # type: ignore[index,dict-item]
+    r = await client.post("/v1/decide", json=body)
+    assert r.status_code == 422, r.text
+    assert [d["field"] for d in r.json()["error"]["details"]] == ["body.pending[0].max_tasks"]
