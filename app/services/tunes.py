@@ -14,6 +14,7 @@
   heuristic winner registers nothing and is shadowed by name. It becomes the primary policy only
   through :func:`promote_tune`: guarded (its validation bounded slowdown below the current
   policy's on the same windows) unless forced; a refusal is a 409 saying why, and is audited.
+* Lock order: a cluster's row before its tunes' rows (deleting a cluster deletes its tunes).
 """
 
 from __future__ import annotations
@@ -520,8 +521,8 @@ async def create_tune(
     cluster is queued or running. Nothing of the cluster changes."""
     now = epoch_now()
     async with database.transaction(write=True) as session:
-        await fail_stale(session, tenant=tenant, now=now)
         cluster = await require_cluster(Ctx(session=session, tenant=tenant), cluster_id, lock=True)
+        await fail_stale(session, tenant=tenant, now=now)
         if cluster.domain != DEFAULT_DOMAIN:
             raise UnprocessableError(
                 f"tuning adapts the learned hpc policy; cluster {cluster_id!r} is a "
@@ -881,6 +882,16 @@ class TuneRunner:
         }
         promote = False
         async with self.database.transaction(write=True) as session:
+            # the cluster's lock before the tune's row, as every writer of both takes them
+            # (deleting a cluster deletes its tunes)
+            where = (
+                await session.execute(
+                    select(TuneRecord.tenant, TuneRecord.cluster_id).where(TuneRecord.id == tune_id)
+                )
+            ).one_or_none()
+            if where is None:
+                return  # its cluster was deleted
+            cluster = await ClusterRepository(session).lock(where[0], where[1])
             record = (
                 await session.execute(
                     select(TuneRecord).where(TuneRecord.id == tune_id).with_for_update()
@@ -888,7 +899,6 @@ class TuneRunner:
             ).scalar_one_or_none()
             if record is None or record.state != RUNNING or record.owner != self.owner:
                 return  # failed as stale meanwhile, or its cluster was deleted
-            cluster = await ClusterRepository(session).lock(record.tenant, record.cluster_id)
             if cluster is None or cluster.pk != record.cluster_pk:
                 return
             spec = (
@@ -1033,8 +1043,8 @@ async def promote_tune(
     ``force``, the guard refuses."""
     refusal: _Refusal | None = None
     async with database.transaction(write=True) as session:
-        await fail_stale(session, tenant=tenant, now=epoch_now())
         cluster = await require_cluster(Ctx(session=session, tenant=tenant), cluster_id, lock=True)
+        await fail_stale(session, tenant=tenant, now=epoch_now())
         record = await _tune_of(session, cluster, tune_id)
         current = cluster.policy
         verdict: GuardRead | None = None
