@@ -173,13 +173,19 @@ class GpuOnnxModel:
         out: FloatArray = self.logits(obs[None], np.asarray(mask, dtype=np.bool_)[None])[0]
         return out
 
-    def policy(self) -> ScoredPolicy:
+    def policy(self, window: int | None = None) -> ScoredPolicy:
+        """The policy ``decide()`` accepts; ``window`` (default: the card's, the one it was
+        trained with) is how many candidates it scores per round: a cluster with more running
+        jobs than that sees no pending job, so a large cluster raises it (rows are scored
+        independently; the cost is one row per candidate)."""
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
         return ScoredPolicy(
             name=self.name,
             version=self.version,
             score=self.score,
             constants=self.constants,
-            window=self.window,
+            window=self.window if window is None else window,
         )
 
 
@@ -220,12 +226,15 @@ def load_gpu_model(
     return loaded
 
 
-def load_gpu_policy(model_dir: Path, *, options: RuntimeOptions | None = None) -> ScoredPolicy:
+def load_gpu_policy(
+    model_dir: Path, *, options: RuntimeOptions | None = None, window: int | None = None
+) -> ScoredPolicy:
     """The learned GPU policy of ``model_dir`` (``policy.onnx`` + ``card.json``), named and
-    versioned by its card; raises :class:`PolicyRefusedError`."""
+    versioned by its card, scoring ``window`` candidates (default: the card's; see
+    :meth:`GpuOnnxModel.policy`); raises :class:`PolicyRefusedError`."""
     model_path, card_path = model_dir / MODEL_FILE, model_dir / CARD_FILE
     if not model_path.is_file() or not card_path.is_file():
         _refuse(f"{model_dir} lacks {MODEL_FILE} or {CARD_FILE}", RefusalReason.MODEL_MISSING)
     return load_gpu_model(
         model_path.read_bytes(), card_path.read_bytes(), options=options, path=model_dir
-    ).policy()
+    ).policy(window)

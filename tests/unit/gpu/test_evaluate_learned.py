@@ -78,6 +78,7 @@ def test_a_model_directory_beside_heuristics(tmp_path: Path) -> None:
     assert rows[1]["jcts_s"] == pytest.approx(want.jcts)
 
 
+@pytest.mark.slow
 def test_the_shipped_model_by_name_under_pollux_compat(tmp_path: Path) -> None:
     assert _evaluate(tmp_path, "pollux-compat", pollux_workload(3), "gpu-v1") == 0
     rows = json.loads((tmp_path / "rows.json").read_text())

@@ -105,6 +105,9 @@ def test_the_policy_decides_with_the_session_scores(tmp_path: Path) -> None:
         _write(tmp_path / "m", build_onnx(agent).SerializeToString(), _card(window=3))
     )
     assert (pol.name, pol.version, pol.window) == ("gpu-test", "1", 3)
+    assert load_gpu_policy(tmp_path / "m", window=500).window == 500
+    with pytest.raises(ValueError, match="window"):
+        load_gpu_policy(tmp_path / "m", window=0)
     rng = random.Random(2)
     nodes = (gpu_node("n0", 4), gpu_node("n1", 4))
     for _ in range(30):
