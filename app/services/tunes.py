@@ -383,12 +383,16 @@ async def _fail(
     await _audit(session, record, TUNE_FAIL, {"code": code, "reason": message, **details})
 
 
-async def fail_stale(session: AsyncSession, *, tenant: str | None, now: float) -> int:
-    """Fail every queued or running tune (of ``tenant``; None: of all) whose lease expired: the
-    replica that held it stopped. Returns how many."""
+async def fail_stale(
+    session: AsyncSession, *, tenant: str | None, now: float, cluster_pk: int | None = None
+) -> int:
+    """Fail every queued or running tune (of ``tenant``, of one cluster; None: of all) whose
+    lease expired: the replica that held it stopped. Returns how many."""
     stmt = select(TuneRecord).where(TuneRecord.state.in_(ACTIVE), TuneRecord.lease_until < now)
     if tenant is not None:
         stmt = stmt.where(TuneRecord.tenant == tenant)
+    if cluster_pk is not None:
+        stmt = stmt.where(TuneRecord.cluster_pk == cluster_pk)
     stale = list((await session.execute(stmt.with_for_update())).scalars())
     for record in stale:
         await _fail(
@@ -522,7 +526,7 @@ async def create_tune(
     now = epoch_now()
     async with database.transaction(write=True) as session:
         cluster = await require_cluster(Ctx(session=session, tenant=tenant), cluster_id, lock=True)
-        await fail_stale(session, tenant=tenant, now=now)
+        await fail_stale(session, tenant=tenant, now=now, cluster_pk=cluster.pk)
         if cluster.domain != DEFAULT_DOMAIN:
             raise UnprocessableError(
                 f"tuning adapts the learned hpc policy; cluster {cluster_id!r} is a "
@@ -1044,7 +1048,7 @@ async def promote_tune(
     refusal: _Refusal | None = None
     async with database.transaction(write=True) as session:
         cluster = await require_cluster(Ctx(session=session, tenant=tenant), cluster_id, lock=True)
-        await fail_stale(session, tenant=tenant, now=epoch_now())
+        await fail_stale(session, tenant=tenant, now=epoch_now(), cluster_pk=cluster.pk)
         record = await _tune_of(session, cluster, tune_id)
         current = cluster.policy
         verdict: GuardRead | None = None
