@@ -36,6 +36,7 @@ MAX_STAGES = 1024
 Count = Annotated[int, Field(ge=0, le=1_000_000, strict=True)]
 Seconds = Annotated[float, Field(ge=0, le=1e10, allow_inf_nan=False, strict=True)]
 DagStateName = Literal["pending", "running", "finished", "cancelled", "failed"]
+StageStateName = Literal["pending", "running", "finished", "cancelled", "failed"]
 
 
 class StageProfile(Schema):
@@ -103,7 +104,7 @@ class DagSpec(Schema):
 class StageRead(ReadSchema):
     id: str
     job_id: str = Field(description="The stage as a job: `{dag_id}:{stage_id}`.")
-    state: Literal["pending", "running", "finished", "cancelled", "failed"]
+    state: StageStateName
     runnable: bool = Field(description="Every parent finished and tasks are left to launch.")
     tasks: int
     launched: int = Field(description="Tasks started (finished ones included).")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from app.db.orm import ClusterRecord, DagRecord, DagStageRecord, JobEventRecord, JobRecord
 from app.db.repositories.dag_repository import DagRepository
@@ -32,7 +32,14 @@ from app.domains.dag.types import StageSpec as DomainStageSpec
 from app.kernel.clock import epoch_now
 from app.kernel.errors import SnapshotError
 from app.schemas.common import Page
-from app.schemas.dag import DagClusterSettings, DagRead, DagSpec, StageRead
+from app.schemas.dag import (
+    DagClusterSettings,
+    DagRead,
+    DagSpec,
+    DagStateName,
+    StageRead,
+    StageStateName,
+)
 from app.schemas.job import JobEventCreate, JobRead
 from app.services.amounts import all_zero, zero_amount_error
 from app.services.clusters import require_cluster
@@ -370,7 +377,7 @@ def _stage_read(
     return StageRead(
         id=stage.stage_id,
         job_id=job.id,
-        state=job.state,  # type: ignore[arg-type]
+        state=cast(StageStateName, job.state),
         runnable=job.state in ("pending", "running")
         and stage.launched < tasks
         and all(p in finished for p in st["depends_on"]),
@@ -401,7 +408,7 @@ def dag_read(
     return DagRead(
         id=dag.id,
         cluster_id=cluster_id,
-        state=dag.state,  # type: ignore[arg-type]
+        state=cast(DagStateName, dag.state),
         submit_time=dag.submit_time,
         start_time=dag.start_time,
         end_time=dag.end_time,
