@@ -35,7 +35,8 @@ async def test_a_dags_page_draws_its_stages_and_progress(ui: httpx.AsyncClient) 
     await make_dag_cluster(ui, "etl", nodes=1, cpu=8)
     assert (await ui.post("/v1/clusters/etl/dags", json=join_dag("q<1>", NOW))).status_code == 422
     assert (await ui.post("/v1/clusters/etl/dags", json=join_dag("q1", NOW))).status_code == 201
-    assert (await ui.post("/v1/clusters/etl/schedule", json={"now": NOW + 1})).status_code == 200
+    decided = await ui.post("/v1/clusters/etl/schedule", json={"now": NOW + 1, "explain": True})
+    assert decided.status_code == 200
     r = await ui.post(
         "/v1/clusters/etl/jobs/q1:filter/events", json={"type": "task_finished", "count": 1}
     )
@@ -61,6 +62,10 @@ async def test_a_dags_page_draws_its_stages_and_progress(ui: httpx.AsyncClient) 
     assert "1/3 done" in svg  # filter: one of three tasks finished
     table = page.text.split('data-testid="stages"', 1)[1].split("</table>", 1)[0]
     assert re.findall(r'<tr data-stage="([^"]+)"', table) == ["scan", "filter", "join"]
+    # the round's decision page reads its DAG input without the HPC shape
+    decision = await ui.get(f"/ui/decisions/{decided.json()['id']}")
+    assert decision.status_code == 200
+    assert 'data-testid="input-nodes">1' in decision.text
 
 
 async def test_an_unknown_dag_is_a_404_page(ui: httpx.AsyncClient) -> None:
