@@ -351,3 +351,23 @@ async def test_many_rounds_account_service_from_the_decisions(
         now += dt
     assert saw["ends"] > 0
     assert saw["preemptions" if policy == "las" else "resizes"] > 0
+
+
+async def test_a_repeated_round_request_is_409_and_applies_once(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    await gpu_cluster(client, cid, policy="las")
+    await submit(client, cid, "a", 4, T0)
+    headers = {"X-Request-ID": f"round-{cid}"}
+    body = {"now": T0 + 1}
+    first = await client.post(f"/v1/clusters/{cid}/schedule", json=body, headers=headers)
+    assert first.status_code == 200, first.text
+    await submit(client, cid, "b", 4, T0 + 2)
+    again = await client.post(f"/v1/clusters/{cid}/schedule", json=body, headers=headers)
+    assert again.status_code == 409
+    after = await jobs(client, cid)
+    assert (after["a"]["state"], after["b"]["state"]) == ("running", "pending")
+    assert after["a"]["service"]["starts"] == 1
+    # a cluster with tracked service deletes with its jobs
+    assert (await client.delete(f"/v1/clusters/{cid}")).status_code == 204
+    assert (await client.get(f"/v1/clusters/{cid}")).status_code == 404
