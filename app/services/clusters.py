@@ -23,15 +23,14 @@ def _check_policy_name(
 ) -> ErrorItem | None:
     """``name`` decides clusters of ``domain`` for ``tenant``: one of the domain's heuristics or a
     policy (shipped model or the tenant's upload) whose card names that domain."""
-    if domain != DEFAULT_DOMAIN and name.partition("@")[0].strip().lower() in set(
-        get_domain(domain).heuristic_names()
-    ):
+    if domain == DEFAULT_DOMAIN:
+        if not decisions.knows(name, tenant):
+            return ErrorItem(field, f"unknown policy {name!r}", "unknown")
+        if decisions.is_heuristic(name):
+            return None
+    elif name.partition("@")[0].strip().lower() in set(get_domain(domain).heuristic_names()):
         return None
-    if domain == DEFAULT_DOMAIN and not decisions.knows(name, tenant):
-        return ErrorItem(field, f"unknown policy {name!r}", "unknown")
     info = decisions.get_policy(name, tenant)
-    if info is None and domain == DEFAULT_DOMAIN:
-        return None  # an hpc heuristic
     if info is None or info.kind == "heuristic":  # the catalogue's heuristics are hpc's
         return ErrorItem(field, f"unknown {domain} policy {name!r}", "unknown")
     if info.domain not in (domain, "any"):

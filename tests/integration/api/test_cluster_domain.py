@@ -76,3 +76,12 @@ async def test_unknown_domain_is_422(client: httpx.AsyncClient, cid: str) -> Non
     r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(domain="quantum"))
     assert r.status_code == 422
     assert r.json()["error"]["details"][0]["field"] == "body.domain"
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "sjf", "f1", "hpc-kernel-none"])
+async def test_an_hpc_cluster_takes_hpc_heuristics_and_models(
+    client: httpx.AsyncClient, cid: str, policy: str
+) -> None:
+    r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(policy=policy))
+    assert r.status_code == 201, r.text
+    assert r.json()["policy"] == policy
