@@ -123,6 +123,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 thaw()
             if janitor is not None:
                 await janitor.close()
+            tune_runner = getattr(app.state, "tune_runner", None)
+            if tune_runner is not None:  # its tunes' children are killed, their leases expire
+                await tune_runner.close()
             await writer.close()
             await decisions.close()
             await database.dispose()
