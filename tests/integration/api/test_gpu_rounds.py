@@ -6,12 +6,18 @@ across preemption; the invariants checked after every round; a stored decision r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import open_client
 from tests.factories import cluster_body
 
 T0 = 1_767_225_600.0
@@ -210,26 +216,54 @@ async def test_dry_run_changes_nothing(client: httpx.AsyncClient, cid: str) -> N
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
-async def test_concurrent_rounds_never_over_allocate(client: httpx.AsyncClient, cid: str) -> None:
+async def test_concurrent_rounds_never_over_allocate(
+    client: httpx.AsyncClient, settings: Settings, cid: str
+) -> None:
+    """16 rounds at once from 4 service instances on one PostgreSQL database: they run one at
+    a time (the cluster lock), so the decision log, applied in order from the state before,
+    never over-allocates a GPU and ends in the state the cluster is in."""
     await gpu_cluster(client, cid, nodes=3, gpus=4, policy="las")
     for i in range(12):
         await submit(client, cid, f"j{i}", 1 + i % 4, T0 + i)
     before = await jobs(client, cid)
-    answers = await asyncio.gather(
-        *(
-            client.post(f"/v1/clusters/{cid}/schedule", json={"now": T0 + 100 + k})
-            for k in range(16)
+    async with contextlib.AsyncExitStack() as stack:
+        others = [
+            await stack.enter_async_context(_instance(create_app(settings))) for _ in range(3)
+        ]
+        apps = [client, *others]
+        answers = await asyncio.gather(
+            *(
+                apps[k % 4].post(f"/v1/clusters/{cid}/schedule", json={"now": T0 + 100 * (k + 1)})
+                for k in range(16)
+            )
         )
-    )
     assert [r.status_code for r in answers] == [200] * 16
-    # the rounds ran one after another: nodes hold exactly what running jobs hold, within
-    # capacity, and every round is in the log
+    log = (await client.get(f"/v1/clusters/{cid}/decisions", params={"limit": 50})).json()
+    decisions = list(reversed(log["items"]))  # oldest first: the order they were applied in
+    assert len(decisions) == 16
+    held: dict[str, list[dict[str, Any]]] = {j: [] for j in before}  # job -> placements
+    for d in decisions:
+        for jid in d["preemptions"]:
+            assert held[jid], (d["id"], jid)
+            held[jid] = []
+        for a in d["allocations"]:
+            assert not held[a["job_id"]], (d["id"], a["job_id"])
+            held[a["job_id"]] = a["placements"]
+        use: dict[str, int] = {}
+        for ps in held.values():
+            for p in ps:
+                use[p["node_id"]] = use.get(p["node_id"], 0) + p["tasks"]
+        assert all(v <= 4 for v in use.values()), (d["id"], use)
+    assert any(d["preemptions"] for d in decisions)  # least attained first: jobs take turns
     nothing: dict[str, list[Any]] = {"allocations": [], "resizes": [], "preemptions": []}
     after = await check_invariants(client, cid, before, nothing)
-    running = [j for j in after.values() if j["state"] == "running"]
-    assert 0 < sum(sum(p["tasks"] for p in j["placements"]) for j in running) <= 12
-    log = (await client.get(f"/v1/clusters/{cid}/decisions", params={"limit": 50})).json()
-    assert len(log["items"]) == 16
+    assert {j: job["placements"] for j, job in after.items()} == held
+
+
+@contextlib.asynccontextmanager
+async def _instance(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async for c in open_client(app):
+        yield c
 
 
 @pytest.mark.parametrize(
