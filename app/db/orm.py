@@ -227,9 +227,11 @@ class DagRecord(TimestampMixin, Base):
     submit_time: Mapped[float] = mapped_column(Double)
     start_time: Mapped[float | None] = mapped_column(Double)
     end_time: Mapped[float | None] = mapped_column(Double)
-    #: When a stage of the DAG last returned slots to the pool and no round has run since: the
-    #: next round's source job (Decima's trigger); cleared by every applied round.
+    #: When a stage of the DAG last returned slots to the pool and no round has run since, and
+    #: how many it returned: the next round's source job (Decima's trigger) when every free slot
+    #: is one of them; both cleared by every applied round.
     released_at: Mapped[float | None] = mapped_column(Double)
+    released_slots: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class DagStageRecord(Base):

@@ -739,11 +739,6 @@ async def _load(
                 used[str(p["node_id"])] = used.get(str(p["node_id"]), 0) + int(p["tasks"])
     nodes = await NodeRepository(ctx.session).all(cluster.pk)
     trigger = None if body.trigger is None else body.trigger.model_dump(mode="json")
-    if trigger is None:
-        released = [d for d in dags if d.released_at is not None]
-        if released:
-            last = max(released, key=lambda d: (d.released_at or 0.0, d.pk))
-            trigger = {"type": "stage_released", "job_id": last.id}
     state_json = codec.state_to_json(
         DagClusterState(
             now=now,
@@ -787,6 +782,13 @@ async def _load(
         "weighted_fair_alpha": settings.weighted_fair_alpha,
         "explain": body.explain,
     }
+    if trigger is None:
+        released = [d for d in dags if d.released_at is not None]
+        if released:
+            last = max(released, key=lambda d: (d.released_at or 0.0, d.pk))
+            # the source job owns the round's free slots: only when they are all its own
+            if last.released_slots >= snapshot_of(raw).state.free_slots:
+                raw["trigger"] = {"type": "stage_released", "job_id": last.id}
     return raw, _Rows(dags, stages, used)
 
 
@@ -834,6 +836,7 @@ async def _apply(
         stage.parallelism_limit = grant.parallelism_limit
     for dag in rows.dags:
         dag.released_at = None
+        dag.released_slots = 0
     slot = executor_capacity(cluster)
     for node in await NodeRepository(ctx.session).all(cluster.pk):
         held = slot_amounts(slot, used[node.id]) if used.get(node.id) else {}

@@ -323,6 +323,7 @@ async def submit_dag(ctx: Ctx, cluster_id: str, spec: DagSpec) -> tuple[DagRead,
             spec_hash=digest,
             state="pending",
             submit_time=float(data["submit_time"]),
+            released_slots=0,
         )
     )
     jobs = [
@@ -502,6 +503,7 @@ async def _end_dag(
     loaded.dag.state = state
     loaded.dag.end_time = at
     loaded.dag.released_at = None
+    loaded.dag.released_slots = 0
 
 
 async def cancel_dag(ctx: Ctx, cluster_id: str, dag_id: str) -> None:
@@ -546,6 +548,7 @@ async def _free(
     job.placements, freed = take_slots(job.placements or [], count, node_id)
     await free_node_slots(ctx, loaded.cluster, freed, executor_capacity(loaded.cluster))
     loaded.dag.released_at = at
+    loaded.dag.released_slots = (loaded.dag.released_slots or 0) + count
 
 
 async def _task_finished(
@@ -580,6 +583,7 @@ async def _task_finished(
         loaded.dag.state = "finished"
         loaded.dag.end_time = at
         loaded.dag.released_at = None
+        loaded.dag.released_slots = 0
 
 
 async def _released(

@@ -29,6 +29,7 @@ def upgrade() -> None:
     sa.Column('start_time', sa.Double(), nullable=True),
     sa.Column('end_time', sa.Double(), nullable=True),
     sa.Column('released_at', sa.Double(), nullable=True),
+    sa.Column('released_slots', sa.Integer(), nullable=False),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['cluster_pk'], ['clusters.pk'], name=op.f('fk_dags_cluster_pk_clusters'), ondelete='CASCADE'),

@@ -245,6 +245,27 @@ class TestEvents:
         assert [a["job_id"] for a in decision["allocations"]] == ["a:only"]
         assert decision["explain"]["steps"][0]["source_dag"] == "a"
 
+    async def test_released_slots_in_a_larger_free_pool_make_no_source_job(
+        self, client: httpx.AsyncClient, cid: str
+    ) -> None:
+        await make_dag_cluster(client, cid, nodes=1, cpu=6)
+        capped = {"id": "a", "submit_time": NOW, "stages": [stage("s", 10, max_parallelism=4)]}
+        assert (await client.post(f"/v1/clusters/{cid}/dags", json=capped)).status_code == 201
+        await _schedule(client, cid, now=NOW)  # a runs 4 slots, 2 stay idle
+        await client.post(f"/v1/clusters/{cid}/dags", json=wide_dag("b", 8, NOW + 1))
+        r = await client.post(
+            f"/v1/clusters/{cid}/jobs/a:s/events", json={"type": "released", "slots": 1}
+        )
+        assert r.status_code == 200, r.text
+        # 3 free slots, 1 of them a's: the global pool decides (fair: a holds its share of 3)
+        decision = await _schedule(client, cid, now=NOW + 2, explain=True)
+        assert decision["explain"]["steps"][0]["source_dag"] is None
+        assert [
+            (a["job_id"], sum(p["tasks"] for p in a["placements"])) for a in decision["allocations"]
+        ] == [("b:only", 3)]
+        stored = (await client.get(f"/v1/decisions/{decision['id']}")).json()["input"]
+        assert stored["trigger"] is None
+
     async def test_more_tasks_than_running_slots_is_409(
         self, client: httpx.AsyncClient, cid: str
     ) -> None:
