@@ -95,3 +95,21 @@ async def test_the_learned_model_decides_every_round_to_completion(
             d["allocations"],
             d["reservations"],
         )
+
+
+async def test_a_new_dag_cluster_is_decided_by_the_shipped_dag_model(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    r = await client.put(
+        f"/v1/clusters/{cid}", json={"domain": "dag", "resources": ["cpu", "memory_gb"]}
+    )
+    assert r.status_code == 201, r.text
+    assert (r.json()["policy"], r.json()["fallback"]) == ("dag-v1", "fair")
+    await client.put(
+        f"/v1/clusters/{cid}/nodes", json={"nodes": [{"id": "n0", "capacity": {"cpu": 4}}]}
+    )
+    await client.post(f"/v1/clusters/{cid}/dags", json=join_dag("j", NOW))
+    d = (await client.post(f"/v1/clusters/{cid}/schedule", json={"now": NOW + 1})).json()
+    assert (d["policy"]["name"], d["policy"]["kind"]) == ("dag-v1", "onnx")
+    assert d["fallback"]["used"] is False
+    assert 1 <= sum(p["tasks"] for a in d["allocations"] for p in a["placements"]) <= 4
