@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     #: The default deadline's growth per 1,000 nodes and jobs of the snapshot (0: a fixed
     #: DEFAULT_DEADLINE_MS).
     DEADLINE_MS_PER_1K_ITEMS: float = Field(default=100.0, ge=0)
+    #: A dag round's learned policy picks one stage per model call, up to one call per free slot
+    #: and stage: its default deadline grows by this much per such call (see ``dag_rounds``).
+    DEADLINE_MS_PER_DAG_STEP: float = Field(default=5.0, ge=0)
     #: Decisions one process works on at once (``/v1/decide``, ``/schedule``); one more is
     #: refused with 429 ``overloaded`` and ``Retry-After`` instead of queueing (ADR 0024).
     #: 0: no limit.

@@ -84,6 +84,21 @@ class GpuSettingsRead(ReadSchema):
     placement: str
 
 
+class DagClusterSettings(Schema):
+    """A dag cluster's settings (``clusters.domain_config``)."""
+
+    executor_capacity: NonZeroResources | None = Field(
+        default=None,
+        description=(
+            "One executor slot: a node holds as many slots as fit its capacity, and a task "
+            "must fit one slot. Default: 1 of the cluster's `cpu` resource (else of its first)."
+        ),
+    )
+    weighted_fair_alpha: Annotated[float, Field(ge=-16, le=16, allow_inf_nan=False)] = Field(
+        default=0.0, description="alpha of the `weighted_fair` heuristic."
+    )
+
+
 #: A cluster of GPU training jobs (domain gpu) with its settings.
 GPU_CLUSTER_EXAMPLE: JsonDict = {
     "name": "Training GPUs",
@@ -119,6 +134,19 @@ class ClusterUpsert(Schema):
         default=None,
         description="gpu clusters: restart cost, 2D-LAS thresholds and placement (defaults).",
     )
+    dag: DagClusterSettings | None = Field(
+        default=None,
+        description="dag clusters: the executor slot and the weighted-fair alpha (defaults).",
+    )
+
+    @field_validator("dag")
+    @classmethod
+    def _dag_settings_need_a_dag_cluster(
+        cls, value: DagClusterSettings | None, info: ValidationInfo
+    ) -> DagClusterSettings | None:
+        if value is not None and info.data.get("domain", "hpc") != "dag":
+            raise ValueError("only a cluster with domain 'dag' takes dag settings")
+        return value
 
     @field_validator("gpu")
     @classmethod
@@ -159,6 +187,9 @@ class ClusterRead(ReadSchema):
     running_jobs: int
     gpu: GpuSettingsRead | None = Field(
         default=None, description="gpu clusters: the cluster's gpu settings."
+    )
+    dag: DagClusterSettings | None = Field(
+        default=None, description="dag clusters: the cluster's dag settings."
     )
 
 

@@ -144,21 +144,6 @@ class DagRead(ReadSchema):
     stages: list[StageRead]
 
 
-class DagClusterSettings(Schema):
-    """A dag cluster's settings (``clusters.domain_config``)."""
-
-    executor_capacity: NonZeroResources | None = Field(
-        default=None,
-        description=(
-            "One executor slot: a node holds as many slots as fit its capacity, and a task "
-            "must fit one slot. Default: 1 of the cluster's `cpu` resource (else of its first)."
-        ),
-    )
-    weighted_fair_alpha: Annotated[float, Field(ge=-16, le=16, allow_inf_nan=False)] = Field(
-        default=0.0, description="alpha of the `weighted_fair` heuristic."
-    )
-
-
 # -- the stateless snapshot ------------------------------------------------------------------------
 
 

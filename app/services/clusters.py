@@ -11,7 +11,7 @@ from app.domains import DEFAULT_DOMAIN, get_domain
 from app.schemas.cluster import ClusterRead, ClusterUpsert
 from app.schemas.common import Page
 from app.services.context import Ctx
-from app.services.convert import cluster_read
+from app.services.convert import cluster_read, domain_config
 from app.services.decision import DecisionService
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError, not_found
 from app.services.paging import cursor_arg
@@ -112,6 +112,7 @@ async def upsert_cluster(
         "placement": body.placement or settings.DEFAULT_PLACEMENT,
         "shadow_policy": body.shadow_policy,
         "labels": dict(body.labels),
+        "domain_config": domain_config(body),
     }
     record = await repo.lock(ctx.tenant, cluster_id)
     created = False

@@ -22,6 +22,7 @@ from app.domains.hpc.types import (
 from app.schemas.cluster import (
     ClusterRead,
     ClusterUpsert,
+    DagClusterSettings,
     DomainName,
     GpuClusterSettings,
     GpuSettingsRead,
@@ -240,15 +241,23 @@ def cluster_read(
             if record.domain == "gpu"
             else None
         ),
+        dag=dag_settings(record) if record.domain == "dag" else None,
     )
 
 
 def domain_config(body: ClusterUpsert) -> dict[str, Any] | None:
-    """What a cluster stores in ``clusters.domain_config``: a gpu cluster its ``gpu`` settings
-    (the defaults when the body has none); other domains nothing."""
-    if body.domain != "gpu":
-        return None
-    return {"gpu": (body.gpu or GpuClusterSettings()).model_dump(mode="json")}
+    """What a cluster stores in ``clusters.domain_config``: a gpu cluster its ``gpu`` settings,
+    a dag cluster its ``dag`` settings (the defaults when the body has none); hpc nothing."""
+    if body.domain == "gpu":
+        return {"gpu": (body.gpu or GpuClusterSettings()).model_dump(mode="json")}
+    if body.domain == "dag":
+        return {"dag": (body.dag or DagClusterSettings()).model_dump(mode="json")}
+    return None
+
+
+def dag_settings(record: ClusterRecord) -> DagClusterSettings:
+    """A dag cluster's settings: ``domain_config["dag"]``, the defaults where none are stored."""
+    return DagClusterSettings.model_validate((record.domain_config or {}).get("dag") or {})
 
 
 def gpu_settings(record: ClusterRecord) -> GpuClusterSettings:

@@ -70,10 +70,9 @@ from app.outcomes import FallbackReason
 from app.schemas.dag import DagDecideRequest
 from app.schemas.decision import DecisionRead, ScheduleRequest
 from app.services.context import Ctx
-from app.services.convert import clean, decision_read, finite_json
+from app.services.convert import clean, dag_settings, decision_read, finite_json
 from app.services.dags import (
     add_slots,
-    cluster_settings,
     executor_capacity,
     free_slots_of,
     held_slots,
@@ -682,8 +681,10 @@ def _policy_problem(
 def _deadline_s(body_ms: float | None, settings: Settings, state: DagClusterState) -> float:
     if body_ms is not None:
         return body_ms / 1000.0
-    items = len(state.dags) + sum(len(d.spec.stages) for d in state.dags)
-    return settings.default_deadline_ms(items) / 1000.0
+    stages = sum(len(d.spec.stages) for d in state.dags)
+    steps = min(state.free_slots, stages)  # the most stage picks one round can make
+    ms = settings.default_deadline_ms(len(state.dags) + stages)
+    return (ms + settings.DEADLINE_MS_PER_DAG_STEP * steps) / 1000.0
 
 
 # -- stateful: /v1/clusters/{id}/schedule ----------------------------------------------------------
@@ -727,7 +728,7 @@ async def _load(
 ) -> tuple[dict[str, Any], _Rows]:
     """The round's input (``/v1/decide`` DAG body) from the cluster's rows; node allocations
     are derived from the stages' placements (the truth they cache)."""
-    settings = cluster_settings(cluster)
+    settings = dag_settings(cluster)
     slot = executor_capacity(cluster)
     repo = DagRepository(ctx.session)
     dags = await repo.active(cluster.pk)

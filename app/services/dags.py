@@ -33,7 +33,6 @@ from app.kernel.clock import epoch_now
 from app.kernel.errors import SnapshotError
 from app.schemas.common import Page
 from app.schemas.dag import (
-    DagClusterSettings,
     DagRead,
     DagSpec,
     DagStateName,
@@ -44,7 +43,7 @@ from app.schemas.job import JobEventCreate, JobRead
 from app.services.amounts import all_zero, zero_amount_error
 from app.services.clusters import require_cluster
 from app.services.context import Ctx
-from app.services.convert import canonical_hash, clean, job_read, release
+from app.services.convert import canonical_hash, clean, dag_settings, job_read, release
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError, not_found
 from app.services.paging import cursor_arg
 
@@ -58,8 +57,6 @@ _EPS = 1e-9
 
 __all__ = [
     "cancel_dag",
-    "cluster_settings",
-    "domain_config",
     "executor_capacity",
     "free_slots_of",
     "get_dag",
@@ -80,19 +77,8 @@ def stage_job_id(dag_id: str, stage_id: str) -> str:
 # -- executor slots --------------------------------------------------------------------------------
 
 
-def cluster_settings(cluster: ClusterRecord) -> DagClusterSettings:
-    """The dag cluster's settings: ``domain_config["dag"]`` (``ClusterUpsert.dag`` as stored,
-    like a gpu cluster's ``domain_config["gpu"]``), the defaults where none are stored."""
-    return DagClusterSettings.model_validate((cluster.domain_config or {}).get("dag") or {})
-
-
-def domain_config(settings: DagClusterSettings | None) -> dict[str, Any]:
-    """What a dag cluster stores in ``clusters.domain_config`` for its settings."""
-    return {"dag": (settings or DagClusterSettings()).model_dump(mode="json")}
-
-
 def executor_capacity(cluster: ClusterRecord) -> dict[str, float]:
-    configured = cluster_settings(cluster).executor_capacity
+    configured = dag_settings(cluster).executor_capacity
     if configured:
         return clean(configured)
     resources = list(cluster.resources)

@@ -85,3 +85,28 @@ async def test_an_hpc_cluster_takes_hpc_heuristics_and_models(
     r = await client.put(f"/v1/clusters/{cid}", json=cluster_body(policy=policy))
     assert r.status_code == 201, r.text
     assert r.json()["policy"] == policy
+
+
+async def test_gpu_settings_are_stored_and_replaced(client: httpx.AsyncClient, cid: str) -> None:
+    body = cluster_body(domain="gpu", gpu={"restart_cost_s": 12, "las_thresholds_gpu_s": [100]})
+    assert (await client.put(f"/v1/clusters/{cid}", json=body)).status_code == 201
+    read = (await client.get(f"/v1/clusters/{cid}")).json()["gpu"]
+    assert (read["restart_cost_s"], read["las_thresholds_gpu_s"]) == (12, [100])
+    body["gpu"] = {"restart_cost_s": 45}
+    assert (await client.put(f"/v1/clusters/{cid}", json=body)).status_code == 200
+    read = (await client.get(f"/v1/clusters/{cid}")).json()["gpu"]
+    assert read["restart_cost_s"] == 45
+
+
+async def test_dag_settings_are_stored_and_refused_elsewhere(
+    client: httpx.AsyncClient, cid: str
+) -> None:
+    slot = {"executor_capacity": {"cpu": 2, "memory_gb": 6}, "weighted_fair_alpha": 1.5}
+    body = cluster_body(domain="dag", dag=slot)
+    assert (await client.put(f"/v1/clusters/{cid}", json=body)).status_code == 201
+    read = (await client.get(f"/v1/clusters/{cid}")).json()
+    assert read["dag"] == slot
+    assert read["gpu"] is None
+    r = await client.put(f"/v1/clusters/{cid}-hpc", json=cluster_body(dag=slot))
+    assert r.status_code == 422
+    assert r.json()["error"]["details"][0]["field"] == "body.dag"

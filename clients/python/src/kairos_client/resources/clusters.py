@@ -9,7 +9,7 @@ from kairos_client._params import list_params, plain
 from kairos_client._resource import AsyncAPIResource, SyncAPIResource, path
 from kairos_client._types import NOT_GIVEN, NotGiven, Timeout, strip_not_given
 from kairos_client.types.cluster import Cluster
-from kairos_client.types.dag import RoundTriggerParam
+from kairos_client.types.dag import DagSettingsParam, RoundTriggerParam
 from kairos_client.types.decision import Decision
 from kairos_client.types.gpu import GpuSettingsParam
 from kairos_client.types.shadow import ShadowReport
@@ -33,11 +33,13 @@ def _upsert(
     timeout: Timeout | NotGiven,
     domain: Literal["hpc", "gpu", "dag"] | NotGiven = NOT_GIVEN,
     gpu: GpuSettingsParam | NotGiven = NOT_GIVEN,
+    dag: DagSettingsParam | NotGiven = NOT_GIVEN,
 ) -> RequestOptions:
     body = strip_not_given(
         {
             "domain": domain,
             "gpu": plain(gpu),
+            "dag": plain(dag),
             "resources": list(resources),
             "name": name,
             "policy": policy,
@@ -99,6 +101,7 @@ class Clusters(SyncAPIResource):
         labels: Mapping[str, str] | NotGiven = NOT_GIVEN,
         domain: Literal["hpc", "gpu", "dag"] | NotGiven = NOT_GIVEN,
         gpu: GpuSettingsParam | NotGiven = NOT_GIVEN,
+        dag: DagSettingsParam | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
     ) -> Cluster:
         """Create the cluster, or replace its configuration (``PUT /v1/clusters/{id}``).
@@ -107,7 +110,8 @@ class Clusters(SyncAPIResource):
         heuristic used when the policy cannot answer in time; ``shadow_policy`` one whose
         choices are recorded next to each decision but never applied. ``domain`` (``hpc`` by
         default, fixed at creation) chooses the rules; a ``gpu`` cluster takes ``gpu`` settings
-        (restart cost, 2D-LAS thresholds, placement).
+        (restart cost, 2D-LAS thresholds, placement), a ``dag`` cluster ``dag`` settings (the
+        executor slot, the weighted-fair alpha).
         """
         options = _upsert(
             cluster_id,
@@ -122,6 +126,7 @@ class Clusters(SyncAPIResource):
             timeout=timeout,
             domain=domain,
             gpu=gpu,
+            dag=dag,
         )
         return self._client.parse_model(Cluster, self._client.request(options))
 
@@ -201,6 +206,7 @@ class AsyncClusters(AsyncAPIResource):
         labels: Mapping[str, str] | NotGiven = NOT_GIVEN,
         domain: Literal["hpc", "gpu", "dag"] | NotGiven = NOT_GIVEN,
         gpu: GpuSettingsParam | NotGiven = NOT_GIVEN,
+        dag: DagSettingsParam | NotGiven = NOT_GIVEN,
         timeout: Timeout | NotGiven = NOT_GIVEN,
     ) -> Cluster:
         """Create the cluster, or replace its configuration (``PUT /v1/clusters/{id}``)."""
@@ -217,6 +223,7 @@ class AsyncClusters(AsyncAPIResource):
             timeout=timeout,
             domain=domain,
             gpu=gpu,
+            dag=dag,
         )
         return self._client.parse_model(Cluster, await self._client.request(options))
 

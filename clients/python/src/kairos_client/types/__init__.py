@@ -4,6 +4,8 @@ from kairos_client.types.audit import AuditEvent
 from kairos_client.types.cluster import Cluster
 from kairos_client.types.dag import (
     Dag,
+    DagSettings,
+    DagSettingsParam,
     DagSpecParam,
     DagStage,
     DagState,
@@ -58,6 +60,8 @@ __all__ = [
     "AuditEvent",
     "Cluster",
     "Dag",
+    "DagSettings",
+    "DagSettingsParam",
     "DagSpecParam",
     "DagStage",
     "DagState",

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from kairos_client._models import BaseModel
+from kairos_client.types.dag import DagSettings
 from kairos_client.types.gpu import GpuSettings
 
 
@@ -43,3 +44,5 @@ class Cluster(BaseModel):
     running_jobs: int = 0
     gpu: GpuSettings | None = None
     """gpu clusters: restart cost, 2D-LAS thresholds and placement."""
+    dag: DagSettings | None = None
+    """dag clusters: the executor slot and the weighted-fair alpha."""

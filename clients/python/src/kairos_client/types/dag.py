@@ -15,6 +15,22 @@ DagState: TypeAlias = Literal["pending", "running", "finished", "cancelled", "fa
 StageState: TypeAlias = Literal["pending", "running", "finished", "cancelled", "failed"]
 
 
+class DagSettingsParam(TypedDict, total=False):
+    """``dag`` of ``clusters.upsert`` (dag clusters): one executor slot and the weighted-fair
+    alpha."""
+
+    executor_capacity: Mapping[str, float]
+    weighted_fair_alpha: float
+
+
+class DagSettings(BaseModel):
+    """A dag cluster's settings: one executor slot (``None``: 1 of ``cpu``, else of the first
+    resource) and the alpha of the ``weighted_fair`` heuristic."""
+
+    executor_capacity: dict[str, float] | None = None
+    weighted_fair_alpha: float = 0.0
+
+
 class StageProfileParam(TypedDict, total=False):
     """Decima's duration record for one executor count (seconds; simulator use only)."""
 
