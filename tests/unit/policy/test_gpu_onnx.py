@@ -25,7 +25,7 @@ from app.policy.registry import PolicyRegistry  # noqa: E402
 from training.gpu_ppo import Agent, build_onnx  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
-SHIPPED = ROOT / "models" / "gpu-v1" / "1"
+SHIPPED = sorted((ROOT / "models" / "gpu-v1").iterdir())
 
 Arr = npt.NDArray[np.float64]
 
@@ -169,9 +169,10 @@ def test_the_registry_loads_a_gpu_card_as_a_gpu_model(tmp_path: Path) -> None:
     assert registry.find("gpu-test") is good
 
 
-def test_the_shipped_gpu_model_loads_and_decides() -> None:
-    pol = load_gpu_policy(SHIPPED)
-    card = json.loads((SHIPPED / "card.json").read_text())
+@pytest.mark.parametrize("shipped", SHIPPED, ids=lambda p: p.name)
+def test_the_shipped_gpu_model_loads_and_decides(shipped: Path) -> None:
+    pol = load_gpu_policy(shipped)
+    card = json.loads((shipped / "card.json").read_text())
     assert card["domain"] == "gpu"
     assert card["feature_schema_version"] == FEATURE_SCHEMA_VERSION
     assert (pol.name, pol.version) == (card["name"], card["version"])
