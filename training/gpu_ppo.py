@@ -99,6 +99,8 @@ class Args:
     bc_learning_rate: float = 1e-3
     val_every: int = 10
     """validate every this many PPO updates"""
+    min_updates: int = 0
+    """PPO updates run even past the time budget"""
     out: Path = Path("runs/gpu-v1")
     """the model directory written (policy.onnx + card.json)"""
     name: str = "gpu-v1"
@@ -682,7 +684,7 @@ def train(args: Args, command: str = "") -> Path:
     )
     print(f"update 0 val {best[0]:.1f}", flush=True)
     update, env_steps = 0, 0
-    while time.monotonic() - start < budget_s:
+    while update < args.min_updates or time.monotonic() - start < budget_s:
         update += 1
         per_env = rollout(agent, envs, args)
         env_steps += sum(len(s) for s in per_env)
