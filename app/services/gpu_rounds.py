@@ -168,7 +168,12 @@ class _Primary:
     detail: str | None = None
 
 
-async def _resolve(name: str, decisions: DecisionService, tenant: str) -> _Primary:
+async def _resolve(
+    name: str, decisions: DecisionService, tenant: str, *, running: int = 0
+) -> _Primary:
+    """The policy ``name`` means to ``tenant``; a learned one scores every running job (each is
+    kept or preempted by its score) and the model's window of pending candidates beyond them,
+    so a cluster running more jobs than the window still sees its queue."""
     base, _ = split_policy(name)
     if base in heuristic_names():
         return _Primary(get_heuristic(base))
@@ -185,7 +190,7 @@ async def _resolve(name: str, decisions: DecisionService, tenant: str) -> _Prima
     model = getattr(entry, "gpu", None)
     if model is None:
         return _Primary(None, FallbackReason.MODEL_REFUSED, entry.message or "refused at load")
-    return _Primary(model.policy())
+    return _Primary(model.policy(model.window + running if running else None))
 
 
 def _decide_checked(state: ClusterSnapshot, policy: GpuPolicy, config: GpuConfig) -> GpuDecision:
@@ -242,7 +247,8 @@ async def _decide(
         await anyio.to_thread.run_sync(validate_snapshot, state)
     except SnapshotError as exc:
         raise _snapshot_error(exc, field_prefix) from None
-    primary = await _resolve(policy, decisions, tenant)
+    running = sum(1 for j in state.jobs if j.running)
+    primary = await _resolve(policy, decisions, tenant, running=running)
     reason, detail = primary.reason, primary.detail
     if primary.policy is not None:
         heuristic = isinstance(primary.policy, GpuHeuristic)

@@ -142,3 +142,32 @@ async def test_elastic_fields_in_an_hpc_snapshot_are_422(client: httpx.AsyncClie
     r = await client.post("/v1/decide", json=body)
     assert r.status_code == 422, r.text
     assert [d["field"] for d in r.json()["error"]["details"]] == ["body.pending[0].max_tasks"]
+
+
+async def test_the_learned_policy_sees_the_queue_behind_more_running_jobs_than_its_window(
+    client: httpx.AsyncClient,
+) -> None:
+    """100 one-GPU jobs run on 110 one-GPU nodes (more than the model's 64-row window): the
+    learned policy still sees the pending jobs and starts them on the 10 free GPUs."""
+    nodes = [{"id": f"n{i:03d}", "gpus": 1} for i in range(110)]
+    running = [
+        {
+            "id": f"r{i:03d}",
+            "arrival": NOW - 5_000 + i,
+            "min_gpus": 1,
+            "allocation": [{"node_id": f"n{i:03d}", "gpus": 1}],
+            "attained_gpu_s": 600.0,
+            "executed_s": 600.0,
+            "starts": 1,
+        }
+        for i in range(100)
+    ]
+    pending = [{"id": f"p{i}", "arrival": NOW - 60 + i, "min_gpus": 1} for i in range(5)]
+    body = {"domain": "gpu", "now": NOW, "nodes": nodes, "jobs": running + pending}
+    body.update(policy="gpu-v1", deadline_ms=60_000)
+    r = await client.post("/v1/decide", json=body)
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert (d["policy"]["name"], d["fallback"]["used"]) == ("gpu-v1", False)
+    started = {a["job_id"] for a in d["allocations"]}
+    assert started == {f"p{i}" for i in range(5)}
