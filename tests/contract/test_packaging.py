@@ -13,12 +13,25 @@ from app.policy.registry import PACKAGED_MODELS
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _shipped() -> set[str]:
-    return {
-        f"app/shipped_models/{p.relative_to(ROOT / 'models').as_posix()}"
-        for p in (ROOT / "models").glob("*/*/*")
-        if p.name in {"policy.onnx", "card.json"}
+def _tracked() -> list[str]:
+    """The checkout's files as git lists them: a wheel is built from these, so a model being
+    written into ``models/`` (not yet added) is neither expected in it nor copied into it."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    return [f.decode() for f in files if f]
+
+
+def _shipped(tracked: list[str]) -> set[str]:
+    shipped = {
+        f"app/shipped_models/{name.removeprefix('models/')}"
+        for name in tracked
+        if name.startswith("models/")
+        and name.count("/") == 3
+        and name.rsplit("/", 1)[1] in {"policy.onnx", "card.json"}
     }
+    assert shipped, "git lists no shipped model under models/"
+    return shipped
 
 
 def test_the_editable_install_reads_the_checkouts_models() -> None:
@@ -27,10 +40,8 @@ def test_the_editable_install_reads_the_checkouts_models() -> None:
 
 def test_the_wheel_carries_every_shipped_model(tmp_path: Path) -> None:
     source = tmp_path / "src"
-    files = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
-    ).stdout.split(b"\0")
-    wanted = [f.decode() for f in files if f and not f.startswith((b"tests/", b"clients/"))]
+    tracked = _tracked()
+    wanted = [f for f in tracked if not f.startswith(("tests/", "clients/"))]
     for name in wanted:  # a copy: building writes build/ and *.egg-info beside the sources
         target = source / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -58,5 +69,5 @@ def test_the_wheel_carries_every_shipped_model(tmp_path: Path) -> None:
     )
     (wheel,) = out.glob("kairos-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert _shipped() <= names
+    assert _shipped(tracked) <= names
     assert not any("_tenants" in n for n in names)  # uploads never travel
