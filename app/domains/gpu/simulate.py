@@ -171,9 +171,12 @@ def simulate_events(
     max_events: int = 10**8,
 ) -> RunResult:
     """``philly-rigid`` / ``kairos``: every job must carry ``duration_s``."""
+    total = cfg.nodes * cfg.gpus_per_node
     for j in jobs:
         if j.duration_s is None or j.duration_s < 0:
             raise ValueError(f"job {j.id!r}: event semantics need a duration >= 0")
+        if j.min_gpus > total:  # it could never start: the run would never end
+            raise ValueError(f"job {j.id!r} needs {j.min_gpus} GPUs; the cluster has {total}")
     lives = [_Live(j) for j in jobs]
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival, jobs[i].id))
     nxt = 0

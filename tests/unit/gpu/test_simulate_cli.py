@@ -160,3 +160,9 @@ def test_cli_rejects_a_format_mismatch_and_unknown_policy(tmp_path: Path) -> Non
                 str(tmp_path / "x.json"),
             ]
         )
+
+
+def test_a_job_larger_than_the_cluster_is_refused_instead_of_never_ending() -> None:
+    big = SimJob(id="big", arrival=0.0, min_gpus=65, max_gpus=65, duration_s=10.0)
+    with pytest.raises(ValueError, match="'big' needs 65 GPUs; the cluster has 64"):
+        simulate([big], "fifo", Semantics.PHILLY_RIGID, nodes=8, gpus_per_node=8)
