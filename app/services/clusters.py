@@ -15,29 +15,8 @@ from app.services.convert import cluster_read, domain_config
 from app.services.decision import DecisionService
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError, not_found
 from app.services.paging import cursor_arg
+from app.services.policy_names import check_fallback_name, check_policy_name, default_policy
 from app.settings import Settings
-
-
-def _check_policy_name(
-    field: str, name: str, domain: str, decisions: DecisionService, tenant: str
-) -> ErrorItem | None:
-    """``name`` decides clusters of ``domain`` for ``tenant``: one of the domain's heuristics or a
-    policy (shipped model or the tenant's upload) whose card names that domain."""
-    if domain == DEFAULT_DOMAIN:
-        if not decisions.knows(name, tenant):
-            return ErrorItem(field, f"unknown policy {name!r}", "unknown")
-        if decisions.is_heuristic(name):
-            return None
-    elif name.partition("@")[0].strip().lower() in set(get_domain(domain).heuristic_names()):
-        return None
-    info = decisions.get_policy(name, tenant)
-    if info is None or info.kind == "heuristic":  # the catalogue's heuristics are hpc's
-        return ErrorItem(field, f"unknown {domain} policy {name!r}", "unknown")
-    if info.domain not in (domain, "any"):
-        return ErrorItem(
-            field, f"policy {name!r} decides {info.domain} clusters, not {domain}", "domain"
-        )
-    return None
 
 
 def _check_policies(body: ClusterUpsert, decisions: DecisionService, tenant: str) -> None:
@@ -46,42 +25,17 @@ def _check_policies(body: ClusterUpsert, decisions: DecisionService, tenant: str
     problems: list[ErrorItem] = []
     for field, name in (("body.policy", body.policy), ("body.shadow_policy", body.shadow_policy)):
         if name is not None:
-            problem = _check_policy_name(field, name, body.domain, decisions, tenant)
+            problem = check_policy_name(field, name, body.domain, decisions, tenant)
             if problem is not None:
                 problems.append(problem)
     if body.fallback is not None:
-        heuristic = (
-            decisions.is_heuristic(body.fallback)
-            if body.domain == DEFAULT_DOMAIN
-            else body.fallback.strip().lower() in set(get_domain(body.domain).heuristic_names())
-        )
-        if not heuristic:
-            problems.append(
-                ErrorItem(
-                    "body.fallback",
-                    f"{body.fallback!r} is not a {body.domain} heuristic",
-                    "unknown",
-                )
-            )
+        problem = check_fallback_name("body.fallback", body.fallback, body.domain, decisions)
+        if problem is not None:
+            problems.append(problem)
     if len(set(body.resources)) != len(body.resources):
         problems.append(ErrorItem("body.resources", "resource names repeat", "duplicate"))
     if problems:
         raise UnprocessableError("the cluster definition is invalid", details=problems)
-
-
-def default_policy(
-    domain: str, backfill: str, decisions: DecisionService, settings: Settings, tenant: str
-) -> str:
-    """The policy of a new cluster that names none: the domain's shipped learned default when it
-    is installed, else the domain's default fallback heuristic."""
-    if domain == DEFAULT_DOMAIN:
-        return settings.default_policy_for(backfill)
-    preferred = settings.default_domain_policy(domain)
-    if preferred is not None and (
-        _check_policy_name("body.policy", preferred, domain, decisions, tenant) is None
-    ):
-        return preferred
-    return get_domain(domain).default_fallback
 
 
 async def upsert_cluster(

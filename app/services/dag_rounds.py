@@ -40,14 +40,12 @@ from typing import Any, Final
 
 import anyio
 import anyio.to_thread
-from sqlalchemy.exc import IntegrityError
 
 from app.db.decision_input import pack as pack_input
 from app.db.decision_writer import DecisionWriter, DuplicateRequestError
 from app.db.engine import backend_unavailable
 from app.db.orm import ClusterRecord, DagRecord, DagStageRecord, DecisionRecord, JobRecord
 from app.db.repositories.dag_repository import DagRepository
-from app.db.repositories.decision_repository import DecisionRepository
 from app.db.repositories.node_repository import NodeRepository
 from app.domains.dag import codec
 from app.domains.dag.decima import DecimaPolicy, decima_forward, encode
@@ -82,6 +80,8 @@ from app.services.dags import (
 )
 from app.services.decision import DecisionService
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
+from app.services.policy_names import check_fallback_name, check_policy_name, default_policy
+from app.services.rounds import store_decision
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -665,19 +665,6 @@ def _snapshot(raw: Mapping[str, Any], prefix: str) -> Snapshot:
     return snapshot
 
 
-def _policy_problem(
-    field_: str, name: str, decisions: DecisionService, tenant: str | None
-) -> ErrorItem | None:
-    if is_dag_heuristic(name):
-        return None
-    info = decisions.get_policy(name, tenant)
-    if info is None or info.kind == "heuristic":
-        return ErrorItem(field_, f"unknown dag policy {name!r}", "unknown")
-    if info.domain not in ("dag", "any"):
-        return ErrorItem(field_, f"policy {name!r} decides {info.domain} clusters, not dag")
-    return None
-
-
 def _deadline_s(body_ms: float | None, settings: Settings, state: DagClusterState) -> float:
     if body_ms is not None:
         return body_ms / 1000.0
@@ -793,16 +780,6 @@ async def _load(
     return raw, _Rows(dags, stages, used)
 
 
-async def _store(ctx: Ctx, record: DecisionRecord) -> None:
-    try:
-        async with ctx.session.begin_nested():
-            await DecisionRepository(ctx.session).insert(record)
-    except IntegrityError:
-        raise ConflictError(
-            f"request {record.request_id!r} was already decided", code="duplicate_request"
-        ) from None
-
-
 async def _apply(
     ctx: Ctx,
     cluster: ClusterRecord,
@@ -857,7 +834,7 @@ async def schedule_round(
 ) -> DecisionRead:
     """One round on a locked dag cluster (see the module doc)."""
     if body.policy is not None:
-        problem = _policy_problem("body.policy", body.policy, decisions, ctx.tenant)
+        problem = check_policy_name("body.policy", body.policy, "dag", decisions, ctx.tenant)
         if problem is not None:
             raise UnprocessableError(f"unknown policy {body.policy!r}", details=[problem])
     now = body.now if body.now is not None else epoch_now()
@@ -899,20 +876,13 @@ async def schedule_round(
         shadow=shadow,
     )
     record.created_at = utc_now()
-    await _store(ctx, record)
+    await store_decision(ctx, record)
     if not body.dry_run:
         await _apply(ctx, cluster, rows, outcome.decision, placements, record.id, now)
     return decision_read(record)
 
 
 # -- stateless: /v1/decide -------------------------------------------------------------------------
-
-
-def _default_policy(decisions: DecisionService, settings: Settings, tenant: str) -> str:
-    preferred = settings.default_domain_policy("dag")
-    if preferred is not None and _policy_problem("", preferred, decisions, tenant) is None:
-        return preferred
-    return DOMAIN.default_fallback
 
 
 async def decide_snapshot(
@@ -933,10 +903,10 @@ async def decide_snapshot(
         for p in (
             None
             if body.policy is None
-            else _policy_problem("body.policy", body.policy, decisions, tenant),
+            else check_policy_name("body.policy", body.policy, "dag", decisions, tenant),
             None
-            if body.fallback is None or is_dag_heuristic(body.fallback)
-            else ErrorItem("body.fallback", f"{body.fallback!r} is not a dag heuristic", "unknown"),
+            if body.fallback is None
+            else check_fallback_name("body.fallback", body.fallback, "dag", decisions),
         )
         if p is not None
     ]
@@ -946,7 +916,7 @@ async def decide_snapshot(
     for dag in raw["dags"]:  # a DAG without a submit time arrived now (as HPC jobs do)
         if dag["spec"].get("submit_time") is None:
             dag["spec"]["submit_time"] = raw["now"]
-    raw["policy"] = body.policy or _default_policy(decisions, settings, tenant)
+    raw["policy"] = body.policy or default_policy("dag", "easy", decisions, settings, tenant)
     raw["fallback"] = body.fallback or DOMAIN.default_fallback
     snapshot = _snapshot(raw, "body.")
     outcome = await decide_dag(

@@ -31,13 +31,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import anyio
-from sqlalchemy.exc import IntegrityError
 
 from app.db.decision_input import pack as pack_input
 from app.db.decision_writer import DecisionWriter, DuplicateRequestError
 from app.db.engine import backend_unavailable
 from app.db.orm import ClusterRecord, DecisionRecord
-from app.db.repositories.decision_repository import DecisionRepository
 from app.db.repositories.gpu_service_repository import (
     ServiceRow,
     preempt_jobs,
@@ -82,6 +80,8 @@ from app.services.context import Ctx
 from app.services.convert import clean, decision_read, finite_json, gpu_settings
 from app.services.decision import DecisionService, split_policy
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
+from app.services.policy_names import check_fallback_name, check_policy_name, default_policy
+from app.services.rounds import store_decision
 from app.settings import Settings
 
 
@@ -133,32 +133,6 @@ def job_size(spec: Mapping[str, Any]) -> tuple[int, int]:
 
 
 # -- policies ------------------------------------------------------------------------------------
-
-
-def _check_policy(
-    field: str, name: str, decisions: DecisionService, tenant: str
-) -> ErrorItem | None:
-    """``name`` is a GPU heuristic (``name[@1]``) or a GPU model ``tenant`` may use."""
-    base, version = split_policy(name)
-    if base in heuristic_names():
-        if version is not None and version != get_heuristic(base).ref.version:
-            return ErrorItem(field, f"heuristic {base!r} has no version {version!r}", "unknown")
-        return None
-    info = decisions.get_policy(name, tenant)
-    if info is None or info.kind == "heuristic":
-        return ErrorItem(field, f"unknown gpu policy {name!r}", "unknown")
-    if info.domain != GPU_CODEC:
-        return ErrorItem(
-            field, f"policy {name!r} decides {info.domain} clusters, not gpu", "domain"
-        )
-    return None
-
-
-def _check_fallback(field: str, name: str) -> ErrorItem | None:
-    base, version = split_policy(name)
-    if base not in heuristic_names() or version not in (None, get_heuristic(base).ref.version):
-        return ErrorItem(field, f"{name!r} is not a gpu heuristic", "unknown")
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -514,16 +488,6 @@ def _node_allocations(
     return out
 
 
-async def _store(ctx: Ctx, record: DecisionRecord) -> None:
-    try:
-        async with ctx.session.begin_nested():
-            await DecisionRepository(ctx.session).insert(record)
-    except IntegrityError:
-        raise ConflictError(
-            f"request {record.request_id!r} was already decided", code="duplicate_request"
-        ) from None
-
-
 async def schedule_round(
     ctx: Ctx,
     cluster: ClusterRecord,
@@ -535,7 +499,7 @@ async def schedule_round(
 ) -> DecisionRead:
     """One round on the gpu ``cluster`` (locked by the caller, in the request's transaction)."""
     if body.policy is not None:
-        problem = _check_policy("body.policy", body.policy, decisions, ctx.tenant)
+        problem = check_policy_name("body.policy", body.policy, GPU_CODEC, decisions, ctx.tenant)
         if problem is not None:
             raise UnprocessableError(f"unknown gpu policy {body.policy!r}", details=[problem])
     gpu_settings = settings_of(cluster)
@@ -568,7 +532,7 @@ async def schedule_round(
             explain=body.explain,
         ),
     )
-    await _store(ctx, record)
+    await store_decision(ctx, record)
     if not body.dry_run:
         await _apply(ctx, loaded, outcome.decision, record, gpu_settings, now)
     return decision_read(record)
@@ -597,9 +561,9 @@ async def decide_snapshot(
     ``stored: false`` when the database is unavailable or ``store`` is false."""
     problems = []
     if body.policy is not None:
-        problems.append(_check_policy("body.policy", body.policy, decisions, tenant))
+        problems.append(check_policy_name("body.policy", body.policy, GPU_CODEC, decisions, tenant))
     if body.fallback is not None:
-        problems.append(_check_fallback("body.fallback", body.fallback))
+        problems.append(check_fallback_name("body.fallback", body.fallback, GPU_CODEC, decisions))
     found = [p for p in problems if p is not None]
     if found:
         raise UnprocessableError("the decide request is invalid", details=found)
@@ -608,7 +572,7 @@ async def decide_snapshot(
     except SnapshotError as exc:
         raise _snapshot_error(exc, "body.") from None
     gpu_settings = body.gpu or GpuClusterSettings()
-    policy = body.policy or _default_policy(decisions, settings, tenant)
+    policy = body.policy or default_policy(GPU_CODEC, "easy", decisions, settings, tenant)
     fallback = body.fallback or DEFAULT_FALLBACK
     outcome = await _decide(
         state,
@@ -646,11 +610,3 @@ async def decide_snapshot(
         logger.warning("decision %s answered unstored: database unavailable: %r", record.id, exc)
         return decision_read(record).model_copy(update={"stored": False})
     return decision_read(record)
-
-
-def _default_policy(decisions: DecisionService, settings: Settings, tenant: str) -> str:
-    """The GPU default learned policy when it is installed, else the default fallback."""
-    preferred = settings.default_domain_policy(GPU_CODEC)
-    if preferred is not None and _check_policy("body.policy", preferred, decisions, tenant) is None:
-        return preferred
-    return DEFAULT_FALLBACK

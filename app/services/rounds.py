@@ -12,14 +12,17 @@ from __future__ import annotations
 import importlib
 from typing import Final, Protocol, cast
 
-from app.db.orm import ClusterRecord
+from sqlalchemy.exc import IntegrityError
+
+from app.db.orm import ClusterRecord, DecisionRecord
+from app.db.repositories.decision_repository import DecisionRepository
 from app.schemas.decision import DecisionRead, ScheduleRequest
 from app.services.context import Ctx
 from app.services.decision import DecisionService
 from app.services.errors import ConflictError
 from app.settings import Settings
 
-__all__ = ["RoundFunction", "round_function"]
+__all__ = ["RoundFunction", "round_function", "store_decision"]
 
 #: domain -> "module:function" of its round (hpc's is app.services.scheduling itself)
 _ROUNDS: Final = {
@@ -53,3 +56,15 @@ def round_function(domain: str) -> RoundFunction:
         )
     module, _, name = target.partition(":")
     return cast(RoundFunction, getattr(importlib.import_module(module), name))
+
+
+async def store_decision(ctx: Ctx, record: DecisionRecord) -> None:
+    """Insert a round's decision (one core ``INSERT``, in a SAVEPOINT: a duplicate
+    ``request_id`` is a 409 ``duplicate_request`` and leaves the transaction usable)."""
+    try:
+        async with ctx.session.begin_nested():
+            await DecisionRepository(ctx.session).insert(record)
+    except IntegrityError:
+        raise ConflictError(
+            f"request {record.request_id!r} was already decided", code="duplicate_request"
+        ) from None

@@ -24,13 +24,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
-
 from app.db.decision_input import pack as pack_input
 from app.db.decision_writer import DecisionWriter, DuplicateRequestError
 from app.db.engine import backend_unavailable
 from app.db.orm import ClusterRecord, DecisionRecord
-from app.db.repositories.decision_repository import DecisionRepository
 from app.db.repositories.job_repository import JobRepository, JobRow, JobStart, job_rows, start_jobs
 from app.db.repositories.node_repository import NodeRow, node_rows, set_allocated
 from app.domains import DEFAULT_DOMAIN
@@ -70,7 +67,7 @@ from app.services.decision import (
 from app.services.decisions import SNAPSHOT_CODEC, SNAPSHOT_CODEC_KEY
 from app.services.dependencies import check_snapshot_dependencies
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
-from app.services.rounds import round_function
+from app.services.rounds import round_function, store_decision
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -139,18 +136,6 @@ def decision_record(
         explain=finite_json(dict(d.explain)) if spec.explain else None,
         input_blob=pack_input(snapshot_json(state, spec)),
     )
-
-
-async def _store(ctx: Ctx, record: DecisionRecord) -> None:
-    """Insert the decision (one core ``INSERT``, in a SAVEPOINT: a duplicate ``request_id`` is
-    a 409 and leaves the transaction usable)."""
-    try:
-        async with ctx.session.begin_nested():
-            await DecisionRepository(ctx.session).insert(record)
-    except IntegrityError:
-        raise ConflictError(
-            f"request {record.request_id!r} was already decided", code="duplicate_request"
-        ) from None
 
 
 def _snapshot_error(exc: InvalidSnapshotError, prefix: str) -> UnprocessableError:
@@ -381,7 +366,7 @@ async def schedule_cluster(
         dry_run=body.dry_run,
     )
     record.created_at = utc_now()
-    await _store(ctx, record)
+    await store_decision(ctx, record)
     if not body.dry_run and outcome.decision is not None:
         await _apply(ctx, cluster, loaded, record.allocations, record.id, now)
     answer = decision_read(record)

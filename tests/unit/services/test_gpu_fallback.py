@@ -49,9 +49,12 @@ class _Entry:
 
 @dataclass
 class _Model:
-    policy_: Any
+    """The part of :class:`~app.policy.gpu_onnx.GpuOnnxModel` the round uses."""
 
-    def policy(self) -> Any:
+    policy_: Any
+    window: int = 64
+
+    def policy(self, window: int | None = None) -> Any:
         return self.policy_
 
 
