@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -50,8 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from app.background import running
-from app.policy.dag_onnx import DagOnnxModel, is_dag_card, load_dag_model
-from app.policy.gpu_onnx import GpuOnnxModel, is_gpu_card, load_gpu_model
+from app.policy.dag_onnx import DAG_DOMAIN, DagOnnxModel, is_dag_card, load_dag_model
+from app.policy.gpu_onnx import GPU_DOMAIN, GpuOnnxModel, is_gpu_card, load_gpu_model
 from app.policy.onnx_policy import (
     CARD_FILE,
     MODEL_FILE,
@@ -206,14 +207,32 @@ class ModelEntry:
 
 @dataclass(frozen=True, slots=True)
 class PreparedModel:
-    """An upload validated in memory by :meth:`PolicyRegistry.prepare`, not written yet."""
+    """An upload validated in memory by :meth:`PolicyRegistry.prepare`, not written yet: an hpc
+    model (``policy``), or the model of a ``"domain": "gpu"`` (``gpu``) or ``"domain": "dag"``
+    (``dag``) card; exactly one of the three is set."""
 
     owner: str
     name: str
     version: str
-    policy: OnnxPolicy
+    policy: OnnxPolicy | None
     model: bytes
     card: bytes
+    gpu: GpuOnnxModel | None = None
+    dag: DagOnnxModel | None = None
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.model).hexdigest()
+
+    @property
+    def domain(self) -> str:
+        """The card's domain (``gpu``, ``dag``, or an hpc card's own)."""
+        if self.gpu is not None:
+            return GPU_DOMAIN
+        if self.dag is not None:
+            return DAG_DOMAIN
+        assert self.policy is not None
+        return self.policy.card.domain
 
 
 def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
@@ -285,6 +304,68 @@ def _heuristic_entry(
         return ModelEntry(name, version, directory, None, reason, message, None, card, owner)
     return ModelEntry(
         name, version, directory, None, None, None, None, card, owner, heuristic=heuristic
+    )
+
+
+def _upload_domain(card: bytes) -> str | None:
+    """``"gpu"`` or ``"dag"`` when an uploaded card says that domain; ``None`` for any other card
+    (an hpc one, or one :func:`parse_card` refuses). A heuristic card is refused
+    (``invalid_card``): the registry would load it as its heuristic, not as the uploaded model."""
+    try:
+        raw = json.loads(card)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(raw, dict) and is_heuristic_card(raw):
+        raise PolicyRefusedError(
+            RefusalReason.INVALID_CARD,
+            "card kind is 'heuristic': an upload is an ONNX model, its card of kind 'onnx'",
+        )
+    if is_gpu_card(raw):
+        return GPU_DOMAIN
+    if is_dag_card(raw):
+        return DAG_DOMAIN
+    return None
+
+
+def _card_name(card: bytes) -> tuple[str, str]:
+    """The ``name`` and ``version`` of a gpu or dag card (JSON, an object: :func:`_upload_domain`
+    said so); ``invalid_card`` when either is not a non-empty string."""
+    raw = json.loads(card)
+    name, version = raw.get("name"), raw.get("version")
+    if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
+        raise PolicyRefusedError(
+            RefusalReason.INVALID_CARD, "card.json needs string name and version"
+        )
+    return name, version
+
+
+def _committed_entry(prepared: PreparedModel, target: Path) -> ModelEntry:
+    """The entry of ``prepared`` written to ``target``: the same one :meth:`PolicyRegistry.discover`
+    makes of that directory."""
+    name, version, owner = prepared.name, prepared.version, prepared.owner
+    if prepared.gpu is not None:
+        gpu = dataclasses.replace(prepared.gpu, path=target)
+        note = "a gpu-domain model: it decides GPU clusters only"
+        return ModelEntry(
+            name, version, target, None, None, note, gpu.sha256, dict(gpu.card), owner, gpu=gpu
+        )
+    if prepared.dag is not None:
+        dag = dataclasses.replace(prepared.dag, path=target)
+        note = "a dag-domain model: it decides DAG clusters only"
+        return ModelEntry(
+            name, version, target, None, None, note, dag.sha256, dict(dag.card), owner, dag=dag
+        )
+    policy = prepared.policy
+    assert policy is not None
+    policy.path = target
+    return ModelEntry(
+        name,
+        version,
+        target,
+        policy,
+        sha256=policy.sha256,
+        card=dict(policy.card.raw),
+        owner=owner,
     )
 
 
@@ -473,13 +554,20 @@ class PolicyRegistry:
     ) -> PreparedModel:
         """Validate an upload in memory: ``tenant``'s (``None``: a shipped model).
 
-        A tenant's upload may not take a shipped model's name nor one of ``reserved``
+        The card's ``domain`` picks the checks, those a model of that domain gets when it is
+        discovered: ``"gpu"`` :func:`~app.policy.gpu_onnx.load_gpu_model`'s, ``"dag"``
+        :func:`~app.policy.dag_onnx.load_dag_model`'s, any other :class:`OnnxPolicy`'s (an hpc
+        model). A tenant's upload may not take a shipped model's name nor one of ``reserved``
         (lowercased; compared without regard to case). Raises :class:`PolicyRefusedError`,
         :class:`ReservedNameError` or :class:`ModelExistsError`; nothing is written.
         """
         check_card_depth(card)
-        parsed = parse_card(card)
-        name, version = parsed.name, parsed.version
+        domain = _upload_domain(card)
+        if domain is None:
+            parsed = parse_card(card)
+            name, version = parsed.name, parsed.version
+        else:
+            name, version = _card_name(card)
         if not _SEGMENT.fullmatch(name) or not _SEGMENT.fullmatch(version):
             raise PolicyRefusedError(
                 RefusalReason.INVALID_CARD, f"name {name!r} / version {version!r} not allowed"
@@ -488,6 +576,12 @@ class PolicyRegistry:
         if owner and (name.lower() in reserved or name.lower() in self.shipped_names()):
             raise ReservedNameError(name)
         self._check_absent(owner, name, version)
+        if domain == GPU_DOMAIN:
+            gpu = load_gpu_model(model, card, options=self.options)
+            return PreparedModel(owner, name, version, None, model, card, gpu=gpu)
+        if domain == DAG_DOMAIN:
+            dag = load_dag_model(model, card, options=self.options)
+            return PreparedModel(owner, name, version, None, model, card, dag=dag)
         policy = OnnxPolicy.from_bytes(model, card, options=self.options)
         return PreparedModel(owner, name, version, policy, model, card)
 
@@ -519,17 +613,7 @@ class PolicyRegistry:
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
-            policy = prepared.policy
-            policy.path = target
-            entry = ModelEntry(
-                name,
-                version,
-                target,
-                policy,
-                sha256=policy.sha256,
-                card=dict(policy.card.raw),
-                owner=owner,
-            )
+            entry = _committed_entry(prepared, target)
             self._entries[(owner, name, version)] = entry
             self.generation += 1
         return entry

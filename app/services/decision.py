@@ -96,10 +96,19 @@ class PolicyInfo:
     #: the registry's owner of a tenant's upload (``owner_of(tenant)``); ``""``: a heuristic or
     #: a shipped model, visible to every tenant
     owner: str = ""
+    #: the heuristic it decides as (``kind == "heuristic"``): a catalogue heuristic's own name,
+    #: a heuristic card's recommendation; ``None`` for a model
+    heuristic: str | None = None
 
     @property
     def scope(self) -> Literal["shared", "tenant"]:
         return "tenant" if self.owner else "shared"
+
+    @property
+    def builtin_heuristic(self) -> bool:
+        """One of the catalogue's heuristics, which a name resolves by itself (a heuristic card
+        is a registry entry: it has a card, and its spec is the entry's)."""
+        return self.kind == "heuristic" and self.card is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +125,26 @@ def _preference(typed: str) -> Callable[[PolicyInfo], tuple[bool, bool, bool]]:
     """Which of several policies one name matches is meant: a heuristic, then a shipped model,
     then the tenant's upload (uploads never take the others' names; this orders those placed on
     disk by hand), and the exact spelling first."""
-    return lambda i: (i.kind != "heuristic", i.owner != "", i.name != typed)
+    return lambda i: (not i.builtin_heuristic, i.owner != "", i.name != typed)
 
 
 def _info(entry: ModelEntry) -> PolicyInfo:
+    """A registry entry as the catalogue lists it: kind ``heuristic`` (naming the heuristic it
+    decides as) for a loaded heuristic card, ``onnx`` for a model (of the card's domain) and for
+    a card refused."""
+    if entry.heuristic is not None:
+        return PolicyInfo(
+            name=entry.name,
+            version=entry.version,
+            kind="heuristic",
+            domain=entry.domain or "unknown",
+            loaded=True,
+            description=f"decides as the heuristic {entry.heuristic!r} (a heuristic card)",
+            sha256=entry.sha256,
+            card=entry.card,
+            owner=entry.owner,
+            heuristic=entry.heuristic,
+        )
     return PolicyInfo(
         name=entry.name,
         version=entry.version,
@@ -361,6 +386,7 @@ class DecisionService:
                 domain="any",
                 loaded=True,
                 description=HEURISTIC_DESCRIPTIONS[name],
+                heuristic=name,
             )
             for name in HEURISTIC_CLASSES
         ]
@@ -401,7 +427,7 @@ class DecisionService:
         if _names_heuristic(name):
             return name
         info = self.get_policy(name, tenant)
-        if info is None or info.kind == "heuristic":
+        if info is None or info.builtin_heuristic:
             return name.replace(OWNER_SEP, "%3A")
         has_version = "@" in name
         return qualified(info.owner, f"{info.name}@{info.version}" if has_version else info.name)
@@ -440,7 +466,7 @@ class DecisionService:
         if _names_heuristic(name):  # a heuristic name always decides as the heuristic
             return True
         info = self.get_policy(name, None)
-        return info is not None and info.kind == "heuristic"
+        return info is not None and info.builtin_heuristic
 
     def health(self) -> dict[str, Health]:
         """``queue`` and ``policies`` parts of ``/readyz``."""

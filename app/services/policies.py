@@ -46,7 +46,9 @@ def get_policy(decisions: DecisionService, name: str, tenant: str | None = None)
 async def upload_policy(
     ctx: Ctx, decisions: DecisionService, model: bytes, card: bytes
 ) -> PolicyRead:
-    """Validate and install an ONNX model as the tenant's own, and audit it.
+    """Validate and install an ONNX model as the tenant's own, and audit it. The card's
+    ``domain`` picks the checks (an hpc, gpu or dag model: ``PolicyRegistry.prepare``); a gpu or
+    dag upload then decides that domain's clusters of the tenant only.
 
     422 with the refusal reason as the error code, 422 ``reserved_policy_name`` for a
     heuristic's or shipped model's name, 409 ``policy_exists`` for a name@version the tenant
@@ -62,8 +64,8 @@ async def upload_policy(
             {
                 "name": prepared.name,
                 "version": prepared.version,
-                "sha256": prepared.policy.sha256,
-                "domain": prepared.policy.card.domain,
+                "sha256": prepared.sha256,
+                "domain": prepared.domain,
             },
         )
         info = await decisions.commit_policy(prepared, tenant=ctx.tenant)

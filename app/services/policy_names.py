@@ -42,7 +42,7 @@ def check_policy_name(
     elif is_domain_heuristic(domain, name):
         return None
     info = decisions.get_policy(name, tenant)
-    if info is None or info.kind == "heuristic":  # the catalogue's heuristics are hpc's
+    if info is None or info.builtin_heuristic:  # the catalogue's heuristics are hpc's
         return ErrorItem(field, f"unknown {domain} policy {name!r}", "unknown")
     if info.domain not in (domain, "any"):
         return ErrorItem(
