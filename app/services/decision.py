@@ -58,6 +58,7 @@ from app.policy.registry import (
 )
 from app.services.errors import TooManyRequestsError
 from app.settings import Settings
+from app.tuning.card import is_heuristic_card
 
 logger = logging.getLogger(__name__)
 
@@ -129,9 +130,20 @@ def _preference(typed: str) -> Callable[[PolicyInfo], tuple[bool, bool, bool]]:
 
 
 def _info(entry: ModelEntry) -> PolicyInfo:
-    """A registry entry as the catalogue lists it: kind ``heuristic`` (naming the heuristic it
-    decides as) for a loaded heuristic card, ``onnx`` for a model (of the card's domain) and for
-    a card refused."""
+    """A registry entry as the catalogue lists it: kind ``heuristic`` for a heuristic card (naming
+    the heuristic it decides as, or refused naming why), ``onnx`` for a model of the card's
+    domain (loaded or refused)."""
+    if entry.heuristic is None and entry.card is not None and is_heuristic_card(entry.card):
+        return PolicyInfo(
+            name=entry.name,
+            version=entry.version,
+            kind="heuristic",
+            domain=entry.domain or "unknown",
+            loaded=False,
+            description=f"refused: {entry.reason}: {entry.message}",
+            card=entry.card,
+            owner=entry.owner,
+        )
     if entry.heuristic is not None:
         return PolicyInfo(
             name=entry.name,

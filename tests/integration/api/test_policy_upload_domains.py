@@ -50,6 +50,9 @@ async def api(settings: Settings, tmp_path: Path) -> AsyncIterator[httpx.AsyncCl
     tuned = models / "tuned-sjf" / "1"
     tuned.mkdir(parents=True)
     (tuned / "card.json").write_text(json.dumps(TUNED))
+    unknown = models / "tuned-nope" / "1"
+    unknown.mkdir(parents=True)
+    (unknown / "card.json").write_text(json.dumps({**TUNED, "recommendation": "nope"}))
     run = uuid.uuid4().hex[:8]  # the PostgreSQL database outlives the test: fresh tenants
     tenants = settings.model_copy(
         update={
@@ -309,6 +312,9 @@ class TestHeuristicCards:
         assert (tuned["kind"], tuned["domain"], tuned["loaded"]) == ("heuristic", "hpc", True)
         assert "'sjf'" in tuned["description"]
         assert tuned["card"]["recommendation"] == "sjf"
+        refused = (await _listed(api, A))["tuned-nope"]
+        assert (refused["kind"], refused["loaded"]) == ("heuristic", False)
+        assert "invalid_card" in refused["description"]
         one = await api.get("/v1/policies/tuned-sjf", headers=A)
         assert one.status_code == 200, one.text
         assert one.json()["kind"] == "heuristic"
