@@ -140,15 +140,24 @@ def encode(view: RoundView) -> DecimaObs:
 
 
 def _height(adj: F32, count: int) -> int:
+    """The longest path (in edges) of the graph ``adj[:count, :count]``; iterative, so a DAG of
+    any depth is fine."""
     memo: dict[int, int] = {}
-
-    def h(v: int) -> int:
-        if v not in memo:
-            kids = np.flatnonzero(adj[v, :count])
-            memo[v] = 0 if kids.size == 0 else 1 + max(h(int(c)) for c in kids)
-        return memo[v]
-
-    return max((h(v) for v in range(count)), default=0)
+    for root in range(count):
+        stack = [root]
+        while stack:
+            v = stack[-1]
+            if v in memo:
+                stack.pop()
+                continue
+            kids = [int(c) for c in np.flatnonzero(adj[v, :count])]
+            todo = [c for c in kids if c not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            memo[v] = 0 if not kids else 1 + max(memo[c] for c in kids)
+            stack.pop()
+    return max(memo.values(), default=0)
 
 
 def decima_forward(

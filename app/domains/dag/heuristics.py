@@ -49,18 +49,26 @@ _MIN_WORK_MS: Final = 1.0
 
 
 def critical_paths(job: JobView) -> list[float]:
-    """CP(v) = d_v + max over children CP(child) (0 past a sink), finished stages count 0."""
+    """CP(v) = d_v + max over children CP(child) (0 past a sink), finished stages count 0.
+
+    Iterative (an explicit stack), so a DAG of any depth is fine."""
     memo: dict[int, float] = {}
-
-    def cp(i: int) -> float:
-        if i in memo:
-            return memo[i]
-        st = job.stages[i]
-        own = 0.0 if st.finished else st.duration_ms
-        memo[i] = own + max((cp(c) for c in st.children), default=0.0)
-        return memo[i]
-
-    return [cp(i) for i in range(len(job.stages))]
+    for root in range(len(job.stages)):
+        stack = [root]
+        while stack:
+            i = stack[-1]
+            if i in memo:
+                stack.pop()
+                continue
+            st = job.stages[i]
+            todo = [c for c in st.children if c not in memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            own = 0.0 if st.finished else st.duration_ms
+            memo[i] = own + max((memo[c] for c in st.children), default=0.0)
+            stack.pop()
+    return [memo[i] for i in range(len(job.stages))]
 
 
 def first_stage(job: JobView) -> StageView | None:
