@@ -16,8 +16,10 @@ both placements span nodes when they must, so every admitted job is placed.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from app.domains.gpu.heuristics import GpuConfig, GpuHeuristic, Mode, Placement
@@ -94,6 +96,140 @@ def place(
     return consolidate(free, gpus, capacity)
 
 
+class FreeGpus:
+    """The free GPUs of every row, indexed so that :func:`most_free` and :func:`consolidate`'s
+    choices cost ``O(log n)`` each instead of a scan of every row.
+
+    ``free`` is the list the placements update (the caller's, shared); every change goes
+    through :meth:`set`. ``_count[v]`` is exactly how many rows have ``v`` free and ``_values``
+    the sorted distinct ``v`` with a count; ``_rows[v]`` is a min-heap of the rows that had
+    ``v`` free when pushed (an entry is current iff ``free[row] == v``); ``_whole[c]`` a
+    min-heap of the rows of ``c > 0`` GPUs pushed while wholly free (current iff
+    ``free[row] == c``)."""
+
+    __slots__ = ("_count", "_rows", "_values", "_whole", "capacity", "free")
+
+    def __init__(self, free: list[int], capacity: Sequence[int]) -> None:
+        self.free = free
+        self.capacity = capacity
+        self._count: dict[int, int] = {}
+        self._rows: dict[int, list[int]] = {}
+        self._whole: dict[int, list[int]] = {}
+        for i, v in enumerate(free):
+            self._count[v] = self._count.get(v, 0) + 1
+            self._rows.setdefault(v, []).append(i)  # ascending: already a heap
+            c = capacity[i]
+            if c > 0 and v == c:
+                self._whole.setdefault(c, []).append(i)
+        self._values = sorted(self._count)
+
+    def total(self) -> int:
+        return sum(v * n for v, n in self._count.items())
+
+    def set(self, i: int, value: int) -> None:
+        old = self.free[i]
+        if old == value:
+            return
+        n = self._count[old] - 1
+        if n:
+            self._count[old] = n
+        else:
+            del self._count[old]
+            del self._values[bisect.bisect_left(self._values, old)]
+        self.free[i] = value
+        if value in self._count:
+            self._count[value] += 1
+        else:
+            self._count[value] = 1
+            bisect.insort(self._values, value)
+        heapq.heappush(self._rows.setdefault(value, []), i)
+        c = self.capacity[i]
+        if c > 0 and value == c:
+            heapq.heappush(self._whole.setdefault(c, []), i)
+
+    def _lowest(self, v: int) -> int:
+        """The lowest row with ``v`` free (one must exist)."""
+        heap = self._rows[v]
+        while self.free[heap[0]] != v:
+            heapq.heappop(heap)
+        return heap[0]
+
+    def most_free(self) -> int:
+        """The row with the most free GPUs, lowest on ties."""
+        return self._lowest(self._values[-1])
+
+    def best_fit(self, gpus: int) -> int | None:
+        """The row with the fewest free GPUs ``>= gpus``, lowest on ties (None: no row)."""
+        k = bisect.bisect_left(self._values, gpus)
+        return None if k == len(self._values) else self._lowest(self._values[k])
+
+    def next_whole(self, need: int) -> int | None:
+        """The lowest wholly free row of ``0 < capacity <= need`` (None: none)."""
+        best: int | None = None
+        for c, heap in self._whole.items():
+            if c > need:
+                continue
+            while heap and self.free[heap[0]] != c:
+                heapq.heappop(heap)
+            if heap and (best is None or heap[0] < best):
+                best = heap[0]
+        return best
+
+
+def place_most_free(index: FreeGpus, gpus: int) -> RowPlacement | None:
+    """:func:`most_free` on an index (the same rows, the same updates)."""
+    if gpus > index.total():
+        return None
+    out: RowPlacement = []
+    need = gpus
+    while need > 0:
+        best = index.most_free()
+        take = min(index.free[best], need)
+        out.append((best, take))
+        index.set(best, index.free[best] - take)
+        need -= take
+    return out
+
+
+def place_consolidate(index: FreeGpus, gpus: int) -> RowPlacement | None:
+    """:func:`consolidate` on an index (the same rows, the same updates)."""
+    if gpus > index.total():
+        return None
+    best = index.best_fit(gpus)
+    if best is not None:
+        index.set(best, index.free[best] - gpus)
+        return [(best, gpus)]
+    # whole free rows in index order: row i is taken iff its capacity <= the need left when
+    # the walk reaches it, and the need only shrinks, so the next one taken is the lowest
+    # wholly free row of capacity <= need
+    out: RowPlacement = []
+    need = gpus
+    while need > 0:
+        row = index.next_whole(need)
+        if row is None:
+            break
+        c = index.free[row]
+        out.append((row, c))
+        index.set(row, 0)
+        need -= c
+    if need > 0:
+        best = index.best_fit(need)
+        if best is None:
+            for row, c in out:
+                index.set(row, c)
+            return place_most_free(index, gpus)
+        out.append((best, need))
+        index.set(best, index.free[best] - need)
+    return out
+
+
+def place_on(index: FreeGpus, gpus: int, how: Placement) -> RowPlacement | None:
+    """:func:`place` on an index."""
+    if how is Placement.MOST_FREE:
+        return place_most_free(index, gpus)
+    return place_consolidate(index, gpus)
+
+
 @dataclass(slots=True)
 class _Round:
     state: ClusterSnapshot
@@ -101,12 +237,14 @@ class _Round:
     rows: dict[str, int]
     capacity: list[int]
     free: list[int]
+    held: dict[str, int]
 
     @staticmethod
     def of(state: ClusterSnapshot, config: GpuConfig) -> _Round:
         rows = {n.id: i for i, n in enumerate(state.nodes)}
         capacity = [node_gpus(n) if n.state is NodeState.UP else 0 for n in state.nodes]
-        return _Round(state, config, rows, capacity, list(capacity))
+        held = {j.id: sum(p.tasks for p in j.allocation) for j in state.jobs}
+        return _Round(state, config, rows, capacity, list(capacity), held)
 
     def hold(self, job: GpuJob) -> None:
         for p in job.allocation:
@@ -143,7 +281,7 @@ def _learned_order(
     claimed = 0
     for j in ranking.overflow:
         if j.running:
-            admitted.append((j, j.gpus))
+            admitted.append((j, r.held[j.id]))
             claimed += r.up_gpus(j)
             reasons[j.id] = f"kept: beyond the {h.window} candidates {h.name} orders"
         else:
@@ -153,6 +291,24 @@ def _learned_order(
         waiting.append(j)
         reasons[j.id] = f"waiting: needs {j.demand} GPUs, more than the up nodes have"
     return list(ranking.order), claimed
+
+
+def _drf_walk(jobs: list[GpuJob], shares: dict[str, int], total: int) -> Iterator[GpuJob]:
+    """DRF's walk: each step the job least by ``(its tenant's share / total, arrival, id)``,
+    ``shares`` read when the step is taken (the walk's body updates it). Only the yielded
+    job's tenant's share changes between steps, so each tenant's jobs wait in their
+    ``(arrival, id)`` order behind one heap entry per tenant keyed by the share at its push."""
+    queues: dict[str, list[GpuJob]] = {}
+    for j in sorted(jobs, key=lambda j: (j.arrival, j.id), reverse=True):
+        queues.setdefault(j.tenant, []).append(j)  # each tenant's next job last
+    heap = [(shares.get(t, 0) / total, q[-1].arrival, q[-1].id, t) for t, q in queues.items()]
+    heapq.heapify(heap)
+    while heap:
+        _, _, _, t = heapq.heappop(heap)
+        q = queues[t]
+        yield q.pop()
+        if q:
+            heapq.heappush(heap, (shares.get(t, 0) / total, q[-1].arrival, q[-1].id, t))
 
 
 def _admit_greedy(
@@ -171,7 +327,7 @@ def _admit_greedy(
     elif not h.preemptive:
         for j in jobs:
             if j.running:
-                admitted.append((j, j.gpus))
+                admitted.append((j, r.held[j.id]))
                 left -= r.up_gpus(j)
                 reasons[j.id] = "kept: running jobs keep their GPUs under " + h.name
     if not isinstance(h, ScoredPolicy):
@@ -180,11 +336,10 @@ def _admit_greedy(
     shares: dict[str, int] = {}
     total = max(1, sum(r.capacity))
     blocked = False
-    while order:
-        if h.mode is Mode.DRF:
-            order.sort(key=lambda j: (shares.get(j.tenant, 0) / total, j.arrival, j.id))
-        j = order.pop(0)
-        size = j.gpus if j.running else (0 if blocked else _fit_size(j, left))
+    walk = _drf_walk(order, shares, total) if h.mode is Mode.DRF else iter(order)
+    for j in walk:
+        held = r.held[j.id]
+        size = held if j.running else (0 if blocked else _fit_size(j, left))
         if j.running and size <= left:
             admitted.append((j, size))
             left -= size
@@ -241,11 +396,17 @@ def _admit_optimus(
         size[j.id] = j.min_gpus
         left -= j.min_gpus
         gain[j.id] = marginal(j, size[j.id])
-    while left > 0 and gain and max(gain.values()) > 0:
-        best = max(gain, key=lambda k: gain[k])
-        size[best] += 1
+    # the largest gain, the earliest job (in ``jobs`` order) on ties; only the job that gets
+    # the GPU has its gain changed, so the heap's top is always current
+    heap = [(-gain[j.id], k) for k, j in enumerate(jobs)]
+    heapq.heapify(heap)
+    while left > 0 and heap and -heap[0][0] > 0:
+        _, k = heapq.heappop(heap)
+        j = jobs[k]
+        size[j.id] += 1
         left -= 1
-        gain[best] = marginal(next(j for j in jobs if j.id == best), size[best])
+        gain[j.id] = marginal(j, size[j.id])
+        heapq.heappush(heap, (-gain[j.id], k))
     admitted = [(j, size[j.id]) for j in sorted(jobs, key=lambda j: size[j.id]) if size[j.id]]
     preempted = [j for j in jobs if j.running and size[j.id] == 0]
     waiting = [j for j in jobs if not j.running and size[j.id] == 0]
@@ -279,16 +440,17 @@ def decide(
         admitted, preempted, _, reasons = _admit_optimus(r)
     else:
         admitted, preempted, _, reasons = _admit_greedy(r, policy)
-    keep = {j.id for j, s in admitted if j.running and s == j.gpus}
+    keep = {j.id for j, s in admitted if j.running and s == r.held[j.id]}
     for j in state.jobs:
         if j.id in keep:
             r.hold(j)
+    index = FreeGpus(r.free, r.capacity)
     allocations: list[Allocation] = []
     resizes: list[Allocation] = []
     for j, s in admitted:
         if j.id in keep:
             continue
-        rows = place(r.free, s, r.capacity, cfg.placement)
+        rows = place_on(index, s, cfg.placement)
         if rows is None:  # the count admitted it, so only a snapshot bug can get here
             raise AssertionError(f"{j.id}: admitted with {s} GPUs but not placeable")
         target = resizes if j.running else allocations
