@@ -12,7 +12,7 @@ among the policies, the paired mean of per-seed ratios to it.
 one-task stages (:mod:`sim.dag_workflows`); per seed they arrive in a random order, the first at
 t = 0 and the rest a Poisson stream of mean gap T
 (:func:`app.domains.dag.workflow.workflow_arrivals`); ``jobs`` is the number of files (a file
-given twice is two jobs).
+given twice is two jobs), so ``--jobs`` with ``--workflows`` is a usage error (exit 2).
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ __all__ = [
     "parse_seeds",
     "register_dag_policy_loader",
 ]
+
+
+#: TPC-H jobs per episode when ``--jobs`` is not given
+DEFAULT_TPCH_JOBS: Final = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,8 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--jobs",
         type=int,
-        default=50,
-        help="TPC-H jobs per episode (default 50); with --workflows each file is one job",
+        default=None,
+        help="TPC-H jobs per episode (default 50); not with --workflows (each file is one job)",
     )
     p.add_argument(
         "--arrival-interval-s",
@@ -296,6 +300,11 @@ def _workload(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
         parser.error("give --tpch or --workflows FILE [FILE ...] (one workload)")
     if args.tpch and not Path(args.tpch_file).is_file():
         parser.error(f"no TPC-H file at {args.tpch_file}")
+    if args.workflows and args.jobs is not None:
+        parser.error(
+            "--jobs conflicts with --workflows: each workflow file is one job (drop --jobs, "
+            "or give a file twice for two jobs)"
+        )
     return tuple(str(w) for w in args.workflows or ())
 
 
@@ -306,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(args_in)
     workflows = _workload(parser, args)
+    if args.jobs is None:
+        args.jobs = len(workflows) if workflows else DEFAULT_TPCH_JOBS
     if args.executors < 1 or args.jobs < 1 or args.workers < 1:
         parser.error("--executors, --jobs and --workers must be >= 1")
     if args.arrival_interval_s < 0 or not math.isfinite(args.arrival_interval_s):
@@ -322,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = DagEvalSpec(
         semantics=cast(Semantics, args.semantics),
         executors=args.executors,
-        jobs=len(workflows) if workflows else args.jobs,
+        jobs=args.jobs,
         arrival_interval_s=args.arrival_interval_s,
         policies=policies,
         seeds=seeds,

@@ -13,7 +13,11 @@ same :class:`~app.domains.dag.policy.DagPolicy` decision functions.
   the source job); the fair share counts active jobs; the estimate is the duration sampled at the
   stage's latest launch.
 * ``kairos``: spark-sched-sim's rules with the estimate that a live cluster can know: the duration
-  of the stage's latest *finished* task (the rough mean before any finished).
+  of the stage's latest *finished* task (the rough mean before any finished), and one more round:
+  a job's completion starts a round over the global pool (which then holds the job's idle
+  executors and the one that ran its last task, unless a commitment took it) when another job is
+  active.  The two repositories leave those executors idle until the next arrival, so with no
+  arrival left the remaining jobs never get them back.
 
 Shared rules: executors are never preempted; an executor that finishes a task keeps working on
 its stage while it has unlaunched tasks; otherwise it fulfils a commitment of its stage, or starts
@@ -55,6 +59,7 @@ __all__ = [
     "SimConfig",
     "decima_jobs",
     "run_episode",
+    "run_jobs",
     "spark_jobs",
 ]
 
@@ -541,6 +546,20 @@ class _Engine:
         if job.num_done == len(job.stages):
             job.completion_ms = self.now
             self._remove_job(job)
+            if self.cfg.semantics == "kairos":
+                self._offer_global_pool(job, ex)
+
+    def _offer_global_pool(self, done: _Job, ex: _Exec) -> None:
+        """The ``kairos`` round at ``done``'s completion: the round ``_assign`` left pending at
+        ``done``'s last stage (if any) becomes a round over the whole global pool."""
+        if self.num_source > 0 and self.source_job is done:
+            # ``ex`` was detached by ``_remove_job``: it joins the pool it now belongs to
+            self._free_add(None, ex)
+            self.num_source = 0
+        if self.num_source == 0 and self.free[None] and self.active:
+            self.exec_to_schedule = dict(self.free[None])
+            self.source_job = None
+            self.num_source = len(self.free[None])
 
     def _exec_arrived(self, ex: _Exec) -> None:
         target = self.moving.pop(ex)
@@ -692,3 +711,41 @@ def run_episode(
             break
         done = episode.step(policy.choose(episode.view()))
     return episode.result()
+
+
+def run_jobs(
+    cfg: SimConfig,
+    jobs: Sequence[JobArrival],
+    policy: DagPolicy,
+    *,
+    rng: np.random.Generator,
+    max_decisions: int | None = None,
+) -> EpisodeResult:
+    """One episode of ``policy`` on the given job arrivals; every executor-key and duration draw
+    is one ``rng.random()`` (in the order the simulator needs them).  Results are in the order of
+    ``jobs``."""
+    if cfg.num_executors < 1:
+        raise ValueError("num_executors must be >= 1")
+
+    def point(w: int) -> int:
+        return 1 + int(rng.random() * w)
+
+    def pick(n: int) -> int:
+        return int(rng.random() * n)
+
+    engine = _Engine(cfg, jobs, point, pick)
+    policy.reset()
+    done = False
+    while not done:
+        if max_decisions is not None and engine.decisions >= max_decisions:
+            break
+        view, active = engine.view()
+        done = engine.step(policy.choose(view), active)
+    return EpisodeResult(
+        arrival_ms=np.array([j.arrival_ms for j in engine.all_jobs], dtype=np.float64),
+        completion_ms=np.array([j.completion_ms for j in engine.all_jobs], dtype=np.float64),
+        busy_ms=engine.busy_ms,
+        num_executors=cfg.num_executors,
+        decisions=engine.decisions,
+        end_ms=engine.now,
+    )

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.domains.dag.policy import DagPolicy
-from app.domains.dag.simulate import EpisodeResult, JobArrival, SimConfig, _Engine
+from app.domains.dag.simulate import EpisodeResult, JobArrival, SimConfig, run_jobs
 from app.domains.dag.tpch import EXECUTOR_LEVELS, StageRecord, TpchDag
 
 __all__ = [
@@ -193,27 +193,6 @@ def run_workflow_episode(
         raise ValueError("no workflow to run")
     jobs = workflow_arrivals(dags, seed, interval_ms)
     # the draws only pick among identical samples; seeded all the same
-    keys = np.random.default_rng([seed, 1])
-
-    def point(w: int) -> int:
-        return 1 + int(keys.random() * w)
-
-    def pick(n: int) -> int:
-        return int(keys.random() * n)
-
-    engine = _Engine(cfg, jobs, point, pick)
-    policy.reset()
-    done = False
-    while not done:
-        if max_decisions is not None and engine.decisions >= max_decisions:
-            break
-        view, active = engine.view()
-        done = engine.step(policy.choose(view), active)
-    return EpisodeResult(
-        arrival_ms=np.array([j.arrival_ms for j in engine.all_jobs], dtype=np.float64),
-        completion_ms=np.array([j.completion_ms for j in engine.all_jobs], dtype=np.float64),
-        busy_ms=engine.busy_ms,
-        num_executors=cfg.num_executors,
-        decisions=engine.decisions,
-        end_ms=engine.now,
+    return run_jobs(
+        cfg, jobs, policy, rng=np.random.default_rng([seed, 1]), max_decisions=max_decisions
     )
