@@ -136,10 +136,6 @@ def candidates(state: ClusterSnapshot, window: int) -> tuple[list[GpuJob], list[
     return ordered[:window], ordered[window:]
 
 
-def _log_ratio(value: float, scale: float) -> float:
-    return math.log1p(max(value, 0.0)) / math.log1p(scale)
-
-
 def encode(
     state: ClusterSnapshot, constants: EncodingConstants, window: int = DEFAULT_WINDOW
 ) -> Encoded:
@@ -174,20 +170,43 @@ def encode(
         pending_demand / total if total else 0.0,
     )
     rows, overflow = candidates(state, window)
-    obs = np.zeros((len(rows), NUM_FEATURES), dtype=np.float32)
-    mask = np.zeros(len(rows), dtype=np.bool_)
-    for k, j in enumerate(rows):
-        obs[k, :JOB_FEATURES] = _job_row(
-            j,
-            state.now,
-            c,
-            (total, per_node, free_total, largest_free, pending_demand),
-            tenant_held,
-            tenant_pending,
-        )
-        obs[k, JOB_FEATURES:] = cluster
-        mask[k] = j.running or (total > 0 and j.demand <= total)
+    counts = (total, per_node, free_total, largest_free, pending_demand)
+    logs = _LogScales.of(c)
+    table = [
+        (*_job_row(j, state.now, c, counts, tenant_held, tenant_pending, logs), *cluster)
+        for j in rows
+    ]
+    obs = (
+        np.array(table, dtype=np.float32)
+        if table
+        else np.zeros((0, NUM_FEATURES), dtype=np.float32)
+    )
+    mask = np.fromiter(
+        (j.running or (total > 0 and j.demand <= total) for j in rows),
+        dtype=np.bool_,
+        count=len(rows),
+    )
     return Encoded(tuple(rows), obs, mask, tuple(overflow))
+
+
+@dataclass(frozen=True, slots=True)
+class _LogScales:
+    """``log1p`` of each scale of the constants: the denominators of the log features
+    ``log1p(max(value, 0)) / log1p(scale)``."""
+
+    wait: float
+    attained: float
+    executed: float
+    estimate: float
+
+    @staticmethod
+    def of(c: EncodingConstants) -> _LogScales:
+        return _LogScales(
+            math.log1p(c.wait_scale_s),
+            math.log1p(c.attained_scale_gpu_s),
+            math.log1p(c.executed_scale_s),
+            math.log1p(c.estimate_scale_s),
+        )
 
 
 def _job_row(
@@ -197,7 +216,9 @@ def _job_row(
     counts: tuple[int, int, int, int, int],
     tenant_held: Mapping[str, int],
     tenant_pending: Mapping[str, int],
+    lg: _LogScales,
 ) -> Sequence[float]:
+    log1p = math.log1p
     total, per_node, free_total, largest_free, pending_all = counts
     g = j.gpus if j.running else j.demand
     has_estimate = c.use_estimates and j.estimate_s is not None
@@ -205,13 +226,13 @@ def _job_row(
     return (
         g / per_node if per_node else 0.0,
         g / total if total else 0.0,
-        _log_ratio(now - j.arrival, c.wait_scale_s),
-        _log_ratio(j.attained_gpu_s, c.attained_scale_gpu_s),
-        _log_ratio(j.executed_s, c.executed_scale_s),
+        log1p(max(now - j.arrival, 0.0)) / lg.wait,
+        log1p(max(j.attained_gpu_s, 0.0)) / lg.attained,
+        log1p(max(j.executed_s, 0.0)) / lg.executed,
         1.0 if j.running else 0.0,
         1.0 if j.attained_gpu_s >= c.las_threshold_gpu_s else 0.0,
         1.0 if has_estimate else 0.0,
-        _log_ratio(remaining, c.estimate_scale_s) if has_estimate else 0.0,
+        log1p(max(remaining, 0.0)) / lg.estimate if has_estimate else 0.0,
         j.preemptions / (1.0 + j.preemptions),
         tenant_held.get(j.tenant, 0) / total if total else 0.0,
         tenant_pending.get(j.tenant, 0) / pending_all if pending_all else 0.0,
