@@ -1,7 +1,7 @@
 """Scheduling rounds at real cluster sizes: the stateful round and ``POST /v1/decide``.
 
-Usage: ``python -m benchmarks.scale [--quick] [--sizes 16x64,100x1000] [--database-url URL]
-[--deadline-ms MS] [--no-core] [--cell-timeout S]``
+Usage: ``python -m benchmarks.scale [--domain hpc|gpu] [--quick] [--sizes 16x64,100x1000]
+[--database-url URL] [--deadline-ms MS] [--no-core] [--cell-timeout S]``
 
 For each size (nodes x pending gangs; default 16x64, 100x1000, 1000x5000, 5000x10000 and
 10000x50000, ``--quick`` the first three) a child process starts the service in process (the
@@ -21,6 +21,14 @@ asyncpg) on the same database in the same run, best of three; ``ratio`` is the r
 over it. ``core`` is ``app.domains.hpc.decision.decide`` alone on the round's snapshot with the
 shipped ranking policy (``--no-core`` skips it). ``peak`` is the child's peak RSS (service,
 client and workload together); ``us/job`` is the total per pending job.
+
+``--domain gpu`` times a gpu-domain cluster instead (sizes nodes x active jobs; default 100x1000
+and 1000x5000): nodes of 8 GPUs, gangs of 1, 1, 2, 4, 8 or 16 GPUs, a fifth of them elastic (up
+to twice their size), decided by the shipped ``gpu-v1``. Three fifths of the jobs are submitted
+and one ``tiresias-2dlas`` round starts what fits; then the rest are submitted and the timed
+round (after its dry run) sees running and pending jobs together. ``decide`` replays that
+round's stored input through ``POST /v1/decide``; ``core`` is ``app.domains.gpu.decide.decide``
+alone on it with ``gpu-v1`` scoring the running jobs + its window (as the service does).
 
 SQLite (a fresh file per size) by default; ``--database-url postgresql://user@host:port/db``
 creates a fresh database per size on that server and drops it after. The deadline is the
@@ -50,6 +58,9 @@ import asyncpg  # type: ignore[import-untyped]
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = ((16, 64), (100, 1_000), (1_000, 5_000), (5_000, 10_000), (10_000, 50_000))
 QUICK_SIZES = SIZES[:3]
+GPU_SIZES = ((100, 1_000), (1_000, 5_000))
+GPU_POLICY = "gpu-v1"
+GPU_FIRST = 0.6
 CHUNK = 10_000
 NOW = 1_800_000_000.0
 
@@ -99,6 +110,134 @@ async def build_cluster(client: Any, cid: str, nodes: int, jobs: int) -> None:
             f"/v1/clusters/{cid}/jobs/batch", json={"jobs": job_bodies[k : k + CHUNK]}
         )
         assert r.status_code in (200, 201), r.text[:300]
+
+
+def gpu_workload(
+    nodes: int, jobs: int, seed: int = 1
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Node and job bodies of the gpu-domain workload (see the module docstring)."""
+    rng = random.Random(seed)
+    node_bodies = [{"id": f"n{i}", "capacity": {"gpu": 8}} for i in range(nodes)]
+    job_bodies = []
+    for i in range(jobs):
+        g = rng.choice([1, 1, 2, 4, 8, 16])
+        body: dict[str, Any] = {
+            "id": f"j{i}",
+            "tasks": g,
+            "per_task": {"gpu": 1},
+            "walltime_s": float(rng.choice([600, 3600, 36000])),
+            "submit_time": NOW - jobs + i,
+        }
+        if rng.random() < 0.2:
+            body["max_tasks"] = 2 * g
+        job_bodies.append(body)
+    return node_bodies, job_bodies
+
+
+async def _post_jobs(client: Any, cid: str, bodies: list[dict[str, Any]]) -> None:
+    for k in range(0, len(bodies), CHUNK):
+        r = await client.post(
+            f"/v1/clusters/{cid}/jobs/batch", json={"jobs": bodies[k : k + CHUNK]}
+        )
+        assert r.status_code in (200, 201), r.text[:300]
+
+
+async def build_gpu_cluster(client: Any, cid: str, nodes: int, jobs: int) -> None:
+    """The gpu cluster of :func:`gpu_workload` through the API, with running jobs: the first
+    :data:`GPU_FIRST` of the jobs, one ``tiresias-2dlas`` round at ``NOW`` (it starts all that
+    fit; the learned policy would start at most its window), then the rest."""
+    body = {"name": "scale", "domain": "gpu", "resources": ["gpu"], "policy": GPU_POLICY}
+    r = await client.put(f"/v1/clusters/{cid}", json=body)
+    assert r.status_code in (200, 201), r.text
+    node_bodies, job_bodies = gpu_workload(nodes, jobs)
+    r = await client.put(f"/v1/clusters/{cid}/nodes", json={"nodes": node_bodies})
+    assert r.status_code == 200, r.text[:300]
+    first = int(len(job_bodies) * GPU_FIRST)
+    await _post_jobs(client, cid, job_bodies[:first])
+    r = await client.post(
+        f"/v1/clusters/{cid}/schedule", json={"now": NOW, "policy": "tiresias-2dlas"}
+    )
+    assert r.status_code == 200, r.text[:300]
+    await _post_jobs(client, cid, job_bodies[first:])
+
+
+def _gpu_core_seconds(body: dict[str, Any]) -> float:
+    """``decide()`` alone on a stored gpu round's input, ``gpu-v1`` scoring the running jobs
+    + its window."""
+    from app.domains.gpu import codec
+    from app.domains.gpu.decide import decide
+    from app.policy.gpu_onnx import load_gpu_model
+
+    state = codec.state_from_json(body)
+    versions = sorted((ROOT / "models" / GPU_POLICY).iterdir(), key=lambda p: int(p.name))
+    model = load_gpu_model(
+        (versions[-1] / "policy.onnx").read_bytes(), (versions[-1] / "card.json").read_bytes()
+    )
+    policy = model.policy(model.window + sum(1 for j in state.jobs if j.running))
+    started = time.perf_counter()
+    decide(state, policy)
+    return time.perf_counter() - started
+
+
+async def _gpu_cell(
+    nodes: int, jobs: int, url: str, deadline_ms: float | None, core: bool
+) -> dict[str, Any]:
+    import httpx
+
+    from app.main import create_app
+    from app.services.scheduling import RoundTimings, round_timings
+    from app.settings import Settings
+
+    settings = Settings(
+        DATABASE_URL=url,
+        MAX_BODY_BYTES=256 * 1024 * 1024,
+        MODELS_DIR=str(ROOT / "models"),
+        LOG_LEVEL="warning",
+    )
+    app = create_app(settings)
+    out: dict[str, Any] = {"nodes": nodes, "jobs": jobs}
+    cid = "scale-gpu"
+    now = NOW + 600.0
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://kairos", timeout=3600
+        ) as c:
+            started = time.perf_counter()
+            await build_gpu_cluster(c, cid, nodes, jobs)
+            out["upload_s"] = time.perf_counter() - started
+            out["raw_s"] = await _raw_read(url, await _cluster_pk(url, cid))
+            extra = {} if deadline_ms is None else {"deadline_ms": deadline_ms}
+
+            r = await c.post(f"/v1/clusters/{cid}/schedule", json={"now": now, "dry_run": True})
+            assert r.status_code == 200, r.text[:300]
+            timings = RoundTimings()
+            token = round_timings.set(timings)
+            started = time.perf_counter()
+            r = await c.post(f"/v1/clusters/{cid}/schedule", json={"now": now, **extra})
+            total = time.perf_counter() - started
+            round_timings.reset(token)
+            assert r.status_code == 200, r.text[:300]
+            out["stateful"] = _row(r.json(), timings, total)
+
+            detail = (await c.get(f"/v1/decisions/{r.json()['id']}")).json()
+            decide_body = {**detail["input"], **extra}
+            out["running"] = sum(1 for j in decide_body["jobs"] if j.get("allocation"))
+            content = json.dumps(decide_body).encode()
+            timings = RoundTimings()
+            token = round_timings.set(timings)
+            started = time.perf_counter()
+            r = await c.post(
+                "/v1/decide", content=content, headers={"Content-Type": "application/json"}
+            )
+            total = time.perf_counter() - started
+            round_timings.reset(token)
+            assert r.status_code == 200, r.text[:300]
+            out["decide"] = _row(r.json(), timings, total)
+    if core:
+        out["core_s"] = _gpu_core_seconds(decide_body)
+    out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return out
 
 
 # -- one cell, in a child process -------------------------------------------------------------
@@ -257,14 +396,20 @@ async def _pg_drop(admin_url: str, name: str) -> None:
 
 
 def run_cell(
-    nodes: int, jobs: int, database_url: str | None, deadline_ms: float | None, core: bool
+    nodes: int,
+    jobs: int,
+    database_url: str | None,
+    deadline_ms: float | None,
+    core: bool,
+    domain: str = "hpc",
 ) -> dict[str, Any]:
+    cell = _gpu_cell if domain == "gpu" else _cell
     if database_url is None:
         with tempfile.TemporaryDirectory(prefix="kairos-scale-") as tmp:
-            return asyncio.run(_cell(nodes, jobs, f"sqlite:///{tmp}/kairos.db", deadline_ms, core))
+            return asyncio.run(cell(nodes, jobs, f"sqlite:///{tmp}/kairos.db", deadline_ms, core))
     name, url = asyncio.run(_pg_database(database_url))
     try:
-        return asyncio.run(_cell(nodes, jobs, url, deadline_ms, core))
+        return asyncio.run(cell(nodes, jobs, url, deadline_ms, core))
     finally:
         asyncio.run(_pg_drop(database_url, name))
 
@@ -282,6 +427,7 @@ def _sizes(text: str) -> list[tuple[int, int]]:
 
 def _child(args: argparse.Namespace, nodes: int, jobs: int) -> dict[str, Any] | str:
     command = [sys.executable, "-m", "benchmarks.scale", "--cell", f"{nodes}x{jobs}"]
+    command += ["--domain", args.domain]
     if args.database_url:
         command += ["--database-url", args.database_url]
     if args.deadline_ms is not None:
@@ -304,6 +450,8 @@ def _child(args: argparse.Namespace, nodes: int, jobs: int) -> dict[str, Any] | 
 
 def _print(result: dict[str, Any]) -> None:
     size = f"{result['nodes']}x{result['jobs']}"
+    if "running" in result:
+        print(f"{'':<9}{size:>12}  {result['running']} of the active jobs running before")
     raw = result["raw_s"]
     for kind in ("stateful", "decide"):
         row = result[kind]
@@ -323,6 +471,13 @@ def main(argv: list[str]) -> int:
         description="Stateful rounds and /v1/decide at 16x64 .. 10000x50000 (nodes x pending), "
         "split into load, decide and persist, against a raw row read of the same database.",
     )
+    parser.add_argument(
+        "--domain",
+        choices=("hpc", "gpu"),
+        default="hpc",
+        help="hpc (default) or gpu: a gpu-domain cluster decided by gpu-v1 (sizes: nodes x "
+        "active jobs, default 100x1000,1000x5000)",
+    )
     parser.add_argument("--quick", action="store_true", help="only the three smaller sizes")
     parser.add_argument("--sizes", help="NODESxJOBS,... (default: the five sizes of the curve)")
     parser.add_argument(
@@ -337,12 +492,21 @@ def main(argv: list[str]) -> int:
     if args.cell:
         ((nodes, jobs),) = _sizes(args.cell)
         print(
-            json.dumps(run_cell(nodes, jobs, args.database_url, args.deadline_ms, not args.no_core))
+            json.dumps(
+                run_cell(
+                    nodes, jobs, args.database_url, args.deadline_ms, not args.no_core, args.domain
+                )
+            )
         )
         return 0
-    sizes = _sizes(args.sizes) if args.sizes else list(QUICK_SIZES if args.quick else SIZES)
+    default = GPU_SIZES if args.domain == "gpu" else QUICK_SIZES if args.quick else SIZES
+    sizes = _sizes(args.sizes) if args.sizes else list(default)
     backend = "PostgreSQL" if args.database_url else "SQLite (embedded default)"
-    print(f"scale: {backend}; seconds; ratio = total / raw row read; peak MiB; us per pending job")
+    per = "active" if args.domain == "gpu" else "pending"
+    print(
+        f"scale ({args.domain}): {backend}; seconds; ratio = total / raw row read; peak MiB; "
+        f"us per {per} job"
+    )
     print(
         f"{'kind':<9}{'size':>12}{'load':>8}{'decide':>8}{'persist':>8}{'rest':>8}{'total':>8}"
         f"{'raw':>8}{'ratio':>8}{'core':>8}{'peak':>8}{'us/job':>8}  policy"

@@ -82,6 +82,7 @@ from app.services.decision import DecisionService, split_policy
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
 from app.services.policy_names import check_fallback_name, check_policy_name, default_policy
 from app.services.rounds import store_decision
+from app.services.scheduling import round_timings
 from app.settings import Settings
 
 
@@ -504,7 +505,10 @@ async def schedule_round(
             raise UnprocessableError(f"unknown gpu policy {body.policy!r}", details=[problem])
     gpu_settings = settings_of(cluster)
     now = body.now if body.now is not None else epoch_now()
+    timings = round_timings.get()
+    started = time.perf_counter()
     loaded = await _load(ctx, cluster, now)
+    loaded_at = time.perf_counter()
     policy = body.policy or cluster.policy
     outcome = await _decide(
         loaded.state,
@@ -516,6 +520,7 @@ async def schedule_round(
         deadline_ms=_deadline(body.deadline_ms, settings, loaded.state),
         field_prefix="cluster.",
     )
+    decided_at = time.perf_counter()
     record = _record(
         tenant=ctx.tenant,
         cluster=cluster,
@@ -535,6 +540,10 @@ async def schedule_round(
     await store_decision(ctx, record)
     if not body.dry_run:
         await _apply(ctx, loaded, outcome.decision, record, gpu_settings, now)
+    if timings is not None:
+        timings.load_s = loaded_at - started
+        timings.decide_s = decided_at - loaded_at
+        timings.persist_s = time.perf_counter() - decided_at
     return decision_read(record)
 
 
@@ -567,10 +576,13 @@ async def decide_snapshot(
     found = [p for p in problems if p is not None]
     if found:
         raise UnprocessableError("the decide request is invalid", details=found)
+    timings = round_timings.get()
+    started = time.perf_counter()
     try:
         state = state_from_request(body)
     except SnapshotError as exc:
         raise _snapshot_error(exc, "body.") from None
+    loaded_at = time.perf_counter()
     gpu_settings = body.gpu or GpuClusterSettings()
     policy = body.policy or default_policy(GPU_CODEC, "easy", decisions, settings, tenant)
     fallback = body.fallback or DEFAULT_FALLBACK
@@ -584,6 +596,10 @@ async def decide_snapshot(
         deadline_ms=_deadline(body.deadline_ms, settings, state),
         field_prefix="body.",
     )
+    decided_at = time.perf_counter()
+    if timings is not None:
+        timings.load_s = loaded_at - started
+        timings.decide_s = decided_at - loaded_at
     record = _record(
         tenant=tenant,
         cluster=None,
@@ -600,6 +616,8 @@ async def decide_snapshot(
         return decision_read(record).model_copy(update={"stored": False})
     try:
         await writer.add(record)
+        if timings is not None:
+            timings.persist_s = time.perf_counter() - decided_at
     except DuplicateRequestError:
         raise ConflictError(
             f"request {record.request_id!r} was already decided", code="duplicate_request"
