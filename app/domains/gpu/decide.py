@@ -12,6 +12,10 @@ learned one in its scores' order.
 Admission counts GPUs (a job fits iff its size <= GPUs not yet claimed in this round), then
 places the admitted pending jobs, in admission order, on the GPUs the kept jobs leave free;
 both placements span nodes when they must, so every admitted job is placed.
+
+:func:`most_free` and :func:`consolidate` state the two placement rules on a plain list (one
+scan of the rows per choice); a round places through :class:`FreeGpus`, which makes the same
+choices from an index of the rows by free GPUs (:func:`place_on`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from app.domains.gpu.types import (
 from app.domains.gpu.types import Placement as NodePlacement
 from app.domains.gpu.validation import validate_snapshot
 
-__all__ = ["consolidate", "decide", "most_free", "place"]
+__all__ = ["FreeGpus", "consolidate", "decide", "most_free", "place", "place_on"]
 
 RowPlacement = list[tuple[int, int]]
 
