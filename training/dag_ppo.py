@@ -32,6 +32,7 @@ validation and evaluation seeds must lie outside that range (the card records bo
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -41,7 +42,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -68,6 +69,7 @@ from app.domains.dag.env import (
 )
 from app.domains.dag.heuristics import get_heuristic
 from app.domains.dag.simulate import Semantics, SimConfig, run_episode
+from app.domains.dag.tpch import TpchLibrary
 from sim.dag_data import DEFAULT_DECIMA, DEFAULT_TPCH, load_tpch
 from training.dag_export import DEFAULT_K, OPSET, build_onnx
 
@@ -264,12 +266,18 @@ def _sample(z: npt.NDArray[np.float64], rng: np.random.Generator) -> tuple[int, 
     return i, float(lp[i])
 
 
+@functools.cache
+def _tpch() -> TpchLibrary:
+    """The TPC-H library, parsed once per process (episodes never mutate it)."""
+    return load_tpch(DEFAULT_TPCH)
+
+
 def rollout(args: tuple[dict[str, F32], EnvConfig, int, int]) -> Trajectory:
     """One episode of the sampled policy with weights ``w`` on reset seed ``seed``."""
     arrays, cfg, seed, action_seed = args
     w = DecimaWeights(arrays)
     env = DagSchedulingEnv(
-        load_tpch(DEFAULT_TPCH),
+        _tpch(),
         semantics=cfg.semantics,
         num_executors=cfg.executors,
         num_jobs=cfg.jobs,
@@ -446,7 +454,7 @@ def _val_episode(
         else DecimaPolicy(DecimaWeights(arrays), mode=mode, seed=seed, name="dag-ppo")
     )
     res = run_episode(
-        load_tpch(DEFAULT_TPCH),
+        _tpch(),
         SimConfig(cfg.semantics, cfg.executors),
         policy,
         seed=seed,
@@ -534,7 +542,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         trajs: list[Trajectory] = run_map(rollout, jobs)
         samples, adv = _collect(trajs, args)
         t1 = time.monotonic()
+        torch.set_num_threads(args.update_threads)  # the rollout workers are idle meanwhile
         stats = ppo_update(net, opt, samples, adv, args, rng)
+        torch.set_num_threads(args.torch_threads)
         entry: dict[str, Any] = {
             "iteration": iteration,
             "train_avg_jct_s": float(np.nanmean([t.avg_jct_s for t in trajs])),
@@ -546,6 +556,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         if iteration % args.val_every == 0 or iteration == args.iterations:
             entry["val_ratio"] = ratio = validate(net.numpy_weights())
             best.offer(iteration, ratio, net.numpy_weights())
+            if args.checkpoint is not None and best.iteration == iteration:
+                np.savez(args.checkpoint, **cast(dict[str, Any], best.weights))
         log.append(entry)
         ran = iteration
         print(json.dumps(entry), flush=True)
@@ -618,7 +630,7 @@ def write_model(result: dict[str, Any], args: argparse.Namespace, argv: list[str
             if args.from_scratch
             else "spark-sched-sim's shipped Decima weights (models/decima/model.pt, MIT; "
             "data/dag/spark_sched_sim_decima.npz)",
-            "command": "nice -n 10 python -m training.dag_ppo " + " ".join(argv),
+            "command": "python -m training.dag_ppo " + " ".join(argv),
             "environment": {
                 "semantics": args.semantics,
                 "executors": args.executors,
@@ -689,6 +701,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget-s", type=float, default=2100.0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--torch-threads", type=int, default=1)
+    p.add_argument("--update-threads", type=int, default=1, help="torch threads of the PPO update")
+    p.add_argument(
+        "--checkpoint", type=Path, default=None, help=".npz written at each new best validation"
+    )
     return p
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -15,12 +16,14 @@ from app.domains.dag.decima import DecimaObs, choice_mask, decima_forward
 from app.domains.dag.env import DagSchedulingEnv
 from app.policy.dag_onnx import read_dag_model
 from sim.dag_data import DEFAULT_DECIMA, load_decima, load_tpch
+from training.dag_export import weights_from_onnx
 from training.dag_ppo import (
     DecimaNet,
     EnvConfig,
     Sample,
     _dist_terms,
     _load_init,
+    _tpch,
     advantages,
     build_parser,
     collate,
@@ -175,3 +178,31 @@ def test_validation_seeds_inside_the_training_range_are_refused(tmp_path: Path) 
         ]
     )  # fmt: skip
     assert code == 2
+
+
+@pytest.mark.slow
+def test_the_checkpoint_holds_the_exported_best_weights(tmp_path: Path) -> None:
+    """From scratch the warm start has no validation, so iteration 1 is the best so far: the
+    ``--checkpoint`` file is written then and holds the weights the exported graph carries."""
+    out = tmp_path / "dag-test" / "1"
+    ckpt = tmp_path / "best.npz"
+    code = main(
+        [
+            "--out", str(out), "--iterations", "1", "--sequences", "1", "--rollouts", "2",
+            "--jobs", "4", "--executors", "5", "--val-seeds", "900", "--workers", "1",
+            "--train-seed-base", "1000", "--max-samples", "200", "--from-scratch",
+            "--val-every", "1", "--checkpoint", str(ckpt), "--update-threads", "1",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    card = json.loads((out / "card.json").read_text())
+    assert card["training"]["selected_iteration"] == 1
+    saved = _load_init(ckpt)
+    exported = weights_from_onnx(onnx.load(str(out / "policy.onnx")))
+    assert set(saved) == set(exported)
+    for k, v in saved.items():
+        np.testing.assert_allclose(exported[k], v, atol=1e-7)
+
+
+def test_the_tpch_library_is_parsed_once_per_process() -> None:
+    assert _tpch() is _tpch()
