@@ -33,8 +33,12 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-def head_revisions() -> set[str]:
-    return set(ScriptDirectory.from_config(alembic_config()).get_heads())
+def head_revision() -> str:
+    """The one head of the script directory (alembic raises when branches are left unmerged)."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:
+        raise RuntimeError(f"no migrations under {MIGRATIONS_DIR}")
+    return head
 
 
 def _current(connection: Connection) -> set[str]:
@@ -47,14 +51,14 @@ async def current_revisions(engine: AsyncEngine) -> set[str]:
 
 
 async def is_behind(engine: AsyncEngine) -> bool:
-    return await current_revisions(engine) != head_revisions()
+    return await current_revisions(engine) != {head_revision()}
 
 
 def _upgrade(connection: Connection) -> None:
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
-    if _current(connection) != head_revisions():
-        command.upgrade(alembic_config(connection), "heads")
+    if _current(connection) != {head_revision()}:
+        command.upgrade(alembic_config(connection), "head")
 
 
 async def upgrade_to_head(engine: AsyncEngine) -> None:

@@ -5,23 +5,16 @@ input back into ``input_snapshot``; on SQLite and on a fresh PostgreSQL database
 from __future__ import annotations
 
 import json
-import uuid
 import zlib
-from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
 import pytest
-from alembic import command
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.decision_input import pack, stored_input, unpack
 from app.db.engine import make_engine
-from app.db.migrate import alembic_config
 from app.db.orm import DecisionRecord
-from tests.conftest import PG_ADMIN_URL
+from tests.fixtures.migrations import migrate
 
 OLD_INPUT: dict[str, Any] = {"now": 5.0, "nodes": [], "running": [], "pending": [], "policy": "f1"}
 NEW_INPUT: dict[str, Any] = {"codec": "hpc-state/1", "state": {"now": 7.0, "nodes": []}}
@@ -34,48 +27,16 @@ _INSERT = (
 )
 
 
-def _to(revision: str, *, down: bool) -> Any:
-    def run(connection: Connection) -> None:
-        (command.downgrade if down else command.upgrade)(alembic_config(connection), revision)
-
-    return run
-
-
-async def _migrate(engine: AsyncEngine, revision: str, *, down: bool = False) -> None:
-    async with engine.begin() as conn:
-        await conn.run_sync(_to(revision, down=down))
-
-
-def _dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def empty_url(request: pytest.FixtureRequest, sqlite_url: str) -> AsyncIterator[str]:
-    """An empty database (no schema): a SQLite file, or a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        yield sqlite_url
-        return
-    name = f"kairos_mig_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(_dsn(PG_ADMIN_URL))
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
-
-
 async def test_inputs_survive_the_upgrade_and_the_downgrade(empty_url: str) -> None:
     engine = make_engine(empty_url)
     try:
-        await _migrate(engine, "0003")
+        await migrate(engine, "0003")
         async with engine.begin() as conn:
             await conn.execute(
                 text(_INSERT.format(column="input_snapshot")),
                 {"id": "dec_old", "input": json.dumps(OLD_INPUT)},
             )
-        await _migrate(engine, "heads")  # every branch (domains add migrations in parallel)
+        await migrate(engine, "head")
         async with engine.begin() as conn:
             await conn.execute(
                 text(_INSERT.format(column="input_blob")),
@@ -91,7 +52,7 @@ async def test_inputs_survive_the_upgrade_and_the_downgrade(empty_url: str) -> N
         assert rows["dec_old"].input_blob is None
         assert rows["dec_new"].input_snapshot is None
         assert unpack(rows["dec_new"].input_blob) == NEW_INPUT
-        await _migrate(engine, "0003", down=True)
+        await migrate(engine, "0003", down=True)
         async with engine.connect() as conn:
             result = await conn.execute(
                 text("SELECT id, CAST(input_snapshot AS TEXT) FROM decisions")

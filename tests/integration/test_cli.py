@@ -11,7 +11,7 @@ import pytest
 
 from app.cli import main as app_main
 from app.db.engine import make_engine
-from app.db.migrate import current_revisions, head_revisions
+from app.db.migrate import current_revisions, head_revision
 from app.settings import Settings, get_settings
 
 
@@ -68,5 +68,5 @@ def test_migrate_command_brings_an_empty_database_to_head(
         finally:
             await engine.dispose()
 
-    assert asyncio.run(revisions()) == head_revisions()
+    assert asyncio.run(revisions()) == {head_revision()}
     assert app_main(["nope"]) == 2
