@@ -26,10 +26,9 @@ CPU-bound: call ``decide()`` off the event loop.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, NoReturn, cast
+from typing import Any, Final, Literal, cast
 
 import numpy as np
 import onnxruntime as ort
@@ -37,13 +36,13 @@ import onnxruntime as ort
 from app.domains.dag.decima import F32, DecimaObs, DecimaPolicy
 from app.domains.dag.domain import FEATURE_SCHEMA_VERSION
 from app.policy.onnx_policy import (
-    CARD_FILE,
-    METADATA_SCHEMA_KEY,
-    MODEL_FILE,
     PolicyRefusedError,
     RefusalReason,
     RuntimeOptions,
-    _make_session,
+    open_session,
+    parse_domain_card,
+    read_model_dir,
+    refuse,
 )
 
 __all__ = [
@@ -80,37 +79,17 @@ def is_dag_card(card: Any) -> bool:
     return isinstance(card, dict) and card.get("domain") == DAG_DOMAIN
 
 
-def _refuse(message: str, reason: RefusalReason = RefusalReason.INVALID_CARD) -> NoReturn:
-    raise PolicyRefusedError(reason, message)
-
-
 def _parse_card(raw_bytes: bytes) -> tuple[dict[str, Any], Literal["sample", "argmax"], int]:
-    try:
-        raw = json.loads(raw_bytes)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise PolicyRefusedError(RefusalReason.INVALID_CARD, f"card.json: {exc}") from None
-    if not isinstance(raw, dict):
-        _refuse("card.json must be a JSON object")
-    for key in ("name", "version"):
-        if not isinstance(raw.get(key), str) or not raw[key]:
-            _refuse(f"card.json needs a string {key}")
-    if raw.get("domain") != DAG_DOMAIN:
-        _refuse(f"card domain is {raw.get('domain')!r}, expected {DAG_DOMAIN!r}")
-    if raw.get("feature_schema_version") != FEATURE_SCHEMA_VERSION:
-        _refuse(
-            f"card names feature schema {raw.get('feature_schema_version')!r}, "
-            f"the encoder is {FEATURE_SCHEMA_VERSION!r}",
-            RefusalReason.SCHEMA_VERSION_MISMATCH,
-        )
+    raw = parse_domain_card(raw_bytes, domain=DAG_DOMAIN, schema_version=FEATURE_SCHEMA_VERSION)
     decoding = raw.get("decoding")
     if not isinstance(decoding, dict):
-        _refuse("card.json needs a decoding object ({'mode': 'sample' | 'argmax'})")
+        refuse("card.json needs a decoding object ({'mode': 'sample' | 'argmax'})")
     mode = decoding.get("mode")
     if mode not in DECODING_MODES:
-        _refuse(f"card decoding.mode must be one of {list(DECODING_MODES)}, got {mode!r}")
+        refuse(f"card decoding.mode must be one of {list(DECODING_MODES)}, got {mode!r}")
     seed = decoding.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        _refuse(f"card decoding.seed must be an integer >= 0, got {seed!r}")
+        refuse(f"card decoding.seed must be an integer >= 0, got {seed!r}")
     return raw, cast(Literal["sample", "argmax"], mode), seed
 
 
@@ -118,25 +97,25 @@ def _check_signature(session: ort.InferenceSession) -> None:
     inputs = {a.name: a for a in session.get_inputs()}
     outputs = {a.name: a for a in session.get_outputs()}
     if sorted(inputs) != sorted(INPUTS):
-        _refuse(
+        refuse(
             f"inputs are {sorted(inputs)}, expected {sorted(INPUTS)}",
             RefusalReason.SIGNATURE_MISMATCH,
         )
     missing = [name for name in OUTPUTS if name not in outputs]
     if missing:
-        _refuse(
+        refuse(
             f"outputs are {sorted(outputs)}, missing {missing}", RefusalReason.SIGNATURE_MISMATCH
         )
     for name, (dtype, rank) in {**INPUTS, **OUTPUTS}.items():
         arg = inputs[name] if name in inputs else outputs[name]
         shape = list(arg.shape)
         if arg.type != dtype or len(shape) != rank:
-            _refuse(
+            refuse(
                 f"{name} is {arg.type}{shape}, expected {dtype} of rank {rank}",
                 RefusalReason.SIGNATURE_MISMATCH,
             )
     if list(inputs["x"].shape)[-1] != 5:
-        _refuse(
+        refuse(
             f"x has {list(inputs['x'].shape)[-1]!r} features per stage, the encoder makes 5",
             RefusalReason.SIGNATURE_MISMATCH,
         )
@@ -213,13 +192,13 @@ def _probe(model: DagOnnxModel) -> None:
         except Exception as exc:  # onnxruntime raises assorted types
             raise PolicyRefusedError(RefusalReason.PROBE_FAILED, f"{label}: {exc}") from exc
         if stage.shape != (jobs, stages) or exec_.shape != (jobs, execs):
-            _refuse(
+            refuse(
                 f"{label} gave {list(stage.shape)} and {list(exec_.shape)}",
                 RefusalReason.PROBE_FAILED,
             )
         finite = np.isfinite(stage[obs.select_mask]).all() and np.isfinite(exec_).all()
         if not finite:
-            _refuse(f"{label} gave non-finite logits", RefusalReason.NON_FINITE_PROBE)
+            refuse(f"{label} gave non-finite logits", RefusalReason.NON_FINITE_PROBE)
 
 
 def load_dag_model(
@@ -227,14 +206,7 @@ def load_dag_model(
 ) -> DagOnnxModel:
     """Validate and load a DAG model from memory; raises :class:`PolicyRefusedError`."""
     raw, mode, seed = _parse_card(card)
-    session = _make_session(model, options or RuntimeOptions())
-    meta = session.get_modelmeta().custom_metadata_map
-    if METADATA_SCHEMA_KEY in meta and meta[METADATA_SCHEMA_KEY] != FEATURE_SCHEMA_VERSION:
-        _refuse(
-            f"ONNX metadata names feature schema {meta[METADATA_SCHEMA_KEY]!r}, "
-            f"the encoder is {FEATURE_SCHEMA_VERSION!r}",
-            RefusalReason.SCHEMA_VERSION_MISMATCH,
-        )
+    session = open_session(model, options, schema_version=FEATURE_SCHEMA_VERSION)
     _check_signature(session)
     loaded = DagOnnxModel(session, raw, mode, seed, hashlib.sha256(model).hexdigest(), path)
     _probe(loaded)
@@ -243,12 +215,8 @@ def load_dag_model(
 
 def read_dag_model(model_dir: Path, *, options: RuntimeOptions | None = None) -> DagOnnxModel:
     """The validated model of ``model_dir`` (``policy.onnx`` + ``card.json``)."""
-    model_path, card_path = model_dir / MODEL_FILE, model_dir / CARD_FILE
-    if not model_path.is_file() or not card_path.is_file():
-        _refuse(f"{model_dir} lacks {MODEL_FILE} or {CARD_FILE}", RefusalReason.MODEL_MISSING)
-    return load_dag_model(
-        model_path.read_bytes(), card_path.read_bytes(), options=options, path=model_dir
-    )
+    model, card = read_model_dir(model_dir)
+    return load_dag_model(model, card, options=options, path=model_dir)
 
 
 def load_dag_policy(

@@ -21,10 +21,9 @@ The score callable runs one session call per decision; it is CPU-bound and threa
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import numpy as np
 import onnxruntime as ort
@@ -38,13 +37,13 @@ from app.domains.gpu.encoding import (
 )
 from app.domains.gpu.learned import ScoredPolicy
 from app.policy.onnx_policy import (
-    CARD_FILE,
-    METADATA_SCHEMA_KEY,
-    MODEL_FILE,
     PolicyRefusedError,
     RefusalReason,
     RuntimeOptions,
-    _make_session,
+    open_session,
+    parse_domain_card,
+    read_model_dir,
+    refuse,
 )
 
 __all__ = [
@@ -71,38 +70,18 @@ def is_gpu_card(card: Any) -> bool:
     return isinstance(card, dict) and card.get("domain") == GPU_DOMAIN
 
 
-def _refuse(message: str, reason: RefusalReason = RefusalReason.INVALID_CARD) -> NoReturn:
-    raise PolicyRefusedError(reason, message)
-
-
 def _parse_card(raw_bytes: bytes) -> tuple[dict[str, Any], EncodingConstants, int]:
-    try:
-        raw = json.loads(raw_bytes)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise PolicyRefusedError(RefusalReason.INVALID_CARD, f"card.json: {exc}") from None
-    if not isinstance(raw, dict):
-        raise PolicyRefusedError(RefusalReason.INVALID_CARD, "card.json must be a JSON object")
-    for key in ("name", "version"):
-        if not isinstance(raw.get(key), str) or not raw[key]:
-            _refuse(f"card.json needs a string {key}")
-    if raw.get("domain") != GPU_DOMAIN:
-        _refuse(f"card domain is {raw.get('domain')!r}, expected {GPU_DOMAIN!r}")
-    if raw.get("feature_schema_version") != FEATURE_SCHEMA_VERSION:
-        _refuse(
-            f"card names feature schema {raw.get('feature_schema_version')!r}, "
-            f"the encoder is {FEATURE_SCHEMA_VERSION!r}",
-            RefusalReason.SCHEMA_VERSION_MISMATCH,
-        )
+    raw = parse_domain_card(raw_bytes, domain=GPU_DOMAIN, schema_version=FEATURE_SCHEMA_VERSION)
     encoding = raw.get("encoding")
     if not isinstance(encoding, dict):
-        _refuse("card.json needs an encoding object")
+        refuse("card.json needs an encoding object")
     try:
         constants = EncodingConstants.from_dict(encoding)
     except (TypeError, ValueError) as exc:
         raise PolicyRefusedError(RefusalReason.INVALID_CARD, str(exc)) from None
     window = raw.get("window")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        _refuse(f"card window must be an integer >= 1, got {window!r}")
+        refuse(f"card window must be an integer >= 1, got {window!r}")
     return raw, constants, window
 
 
@@ -110,14 +89,12 @@ def _check_signature(session: ort.InferenceSession) -> None:
     inputs = {a.name: a for a in session.get_inputs()}
     outputs = {a.name: a for a in session.get_outputs()}
     if sorted(inputs) != sorted([OBS_INPUT, MASK_INPUT]):
-        _refuse(
+        refuse(
             f"inputs are {sorted(inputs)}, expected ['mask', 'obs']",
             RefusalReason.SIGNATURE_MISMATCH,
         )
     if LOGITS_OUTPUT not in outputs:
-        _refuse(
-            f"outputs are {sorted(outputs)}, none is 'logits'", RefusalReason.SIGNATURE_MISMATCH
-        )
+        refuse(f"outputs are {sorted(outputs)}, none is 'logits'", RefusalReason.SIGNATURE_MISMATCH)
     expected = {
         OBS_INPUT: ("tensor(float)", 3, inputs[OBS_INPUT]),
         MASK_INPUT: ("tensor(bool)", 2, inputs[MASK_INPUT]),
@@ -126,16 +103,14 @@ def _check_signature(session: ort.InferenceSession) -> None:
     for name, (dtype, rank, arg) in expected.items():
         shape = list(arg.shape)
         if arg.type != dtype or len(shape) != rank:
-            _refuse(
+            refuse(
                 f"{name} is {arg.type}{shape}, expected {dtype} of rank {rank}",
                 RefusalReason.SIGNATURE_MISMATCH,
             )
         if any(isinstance(d, int) for d in shape[:2]):
-            _refuse(
-                f"{name} has fixed batch/row axes {shape[:2]}", RefusalReason.SIGNATURE_MISMATCH
-            )
+            refuse(f"{name} has fixed batch/row axes {shape[:2]}", RefusalReason.SIGNATURE_MISMATCH)
         if name == OBS_INPUT and shape[2] != NUM_FEATURES:
-            _refuse(
+            refuse(
                 f"obs has {shape[2]!r} features, the encoder makes {NUM_FEATURES}",
                 RefusalReason.SIGNATURE_MISMATCH,
             )
@@ -202,9 +177,9 @@ def _probe(model: GpuOnnxModel) -> None:
                 RefusalReason.PROBE_FAILED, f"probe {batch}x{rows}: {exc}"
             ) from exc
         if out.shape != (batch, rows):
-            _refuse(f"probe {batch}x{rows} gave {list(out.shape)}", RefusalReason.PROBE_FAILED)
+            refuse(f"probe {batch}x{rows} gave {list(out.shape)}", RefusalReason.PROBE_FAILED)
         if not bool(np.isfinite(out[mask]).all()):
-            _refuse(f"probe {batch}x{rows} gave non-finite logits", RefusalReason.NON_FINITE_PROBE)
+            refuse(f"probe {batch}x{rows} gave non-finite logits", RefusalReason.NON_FINITE_PROBE)
 
 
 def load_gpu_model(
@@ -212,14 +187,7 @@ def load_gpu_model(
 ) -> GpuOnnxModel:
     """Validate and load a GPU model from memory; raises :class:`PolicyRefusedError`."""
     raw, constants, window = _parse_card(card)
-    session = _make_session(model, options or RuntimeOptions())
-    meta = session.get_modelmeta().custom_metadata_map
-    if METADATA_SCHEMA_KEY in meta and meta[METADATA_SCHEMA_KEY] != FEATURE_SCHEMA_VERSION:
-        _refuse(
-            f"ONNX metadata names feature schema {meta[METADATA_SCHEMA_KEY]!r}, "
-            f"the encoder is {FEATURE_SCHEMA_VERSION!r}",
-            RefusalReason.SCHEMA_VERSION_MISMATCH,
-        )
+    session = open_session(model, options, schema_version=FEATURE_SCHEMA_VERSION)
     _check_signature(session)
     loaded = GpuOnnxModel(session, raw, constants, window, hashlib.sha256(model).hexdigest(), path)
     _probe(loaded)
@@ -232,9 +200,5 @@ def load_gpu_policy(
     """The learned GPU policy of ``model_dir`` (``policy.onnx`` + ``card.json``), named and
     versioned by its card, scoring ``window`` candidates (default: the card's; see
     :meth:`GpuOnnxModel.policy`); raises :class:`PolicyRefusedError`."""
-    model_path, card_path = model_dir / MODEL_FILE, model_dir / CARD_FILE
-    if not model_path.is_file() or not card_path.is_file():
-        _refuse(f"{model_dir} lacks {MODEL_FILE} or {CARD_FILE}", RefusalReason.MODEL_MISSING)
-    return load_gpu_model(
-        model_path.read_bytes(), card_path.read_bytes(), options=options, path=model_dir
-    ).policy(window)
+    model, card = read_model_dir(model_dir)
+    return load_gpu_model(model, card, options=options, path=model_dir).policy(window)

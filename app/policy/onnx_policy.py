@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import numpy as np
 import onnxruntime as ort
@@ -109,6 +109,11 @@ class PolicyInferenceError(Exception):
         super().__init__(f"{reason.value}: {message}")
         self.reason = reason
         self.message = message
+
+
+def refuse(message: str, reason: RefusalReason = RefusalReason.INVALID_CARD) -> NoReturn:
+    """Raise :class:`PolicyRefusedError` (``invalid_card`` unless ``reason`` says otherwise)."""
+    raise PolicyRefusedError(reason, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +195,30 @@ def parse_card(
         raw=raw,
         decision_mode=mode,
     )
+
+
+def parse_domain_card(raw_bytes: bytes, *, domain: str, schema_version: str) -> dict[str, Any]:
+    """The JSON object of a gpu or dag card: it names a non-empty string ``name`` and
+    ``version``, ``domain == domain`` and ``feature_schema_version == schema_version``; the
+    domain's own keys are the caller's to check."""
+    try:
+        raw = json.loads(raw_bytes)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise PolicyRefusedError(RefusalReason.INVALID_CARD, f"card.json: {exc}") from None
+    if not isinstance(raw, dict):
+        refuse("card.json must be a JSON object")
+    for key in ("name", "version"):
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            refuse(f"card.json needs a string {key}")
+    if raw.get("domain") != domain:
+        refuse(f"card domain is {raw.get('domain')!r}, expected {domain!r}")
+    if raw.get("feature_schema_version") != schema_version:
+        refuse(
+            f"card names feature schema {raw.get('feature_schema_version')!r}, "
+            f"the encoder is {schema_version!r}",
+            RefusalReason.SCHEMA_VERSION_MISMATCH,
+        )
+    return raw
 
 
 def _expected_signature() -> dict[str, tuple[str, int]]:
@@ -321,6 +350,31 @@ def _make_session(model: bytes, options: RuntimeOptions) -> ort.InferenceSession
     return session
 
 
+def open_session(
+    model: bytes, options: RuntimeOptions | None, *, schema_version: str
+) -> ort.InferenceSession:
+    """A session on exactly the requested providers (:func:`_make_session`) whose ONNX
+    ``metadata_props["feature_schema_version"]``, when present, is ``schema_version``."""
+    session = _make_session(model, options or RuntimeOptions())
+    metadata = session.get_modelmeta().custom_metadata_map
+    if METADATA_SCHEMA_KEY in metadata and metadata[METADATA_SCHEMA_KEY] != schema_version:
+        refuse(
+            f"ONNX metadata names feature schema {metadata[METADATA_SCHEMA_KEY]!r}, "
+            f"the encoder is {schema_version!r}",
+            RefusalReason.SCHEMA_VERSION_MISMATCH,
+        )
+    return session
+
+
+def read_model_dir(directory: Path) -> tuple[bytes, bytes]:
+    """The ``(policy.onnx, card.json)`` bytes of a model directory (``model_missing`` when
+    either file is absent)."""
+    model_path, card_path = directory / MODEL_FILE, directory / CARD_FILE
+    if not model_path.is_file() or not card_path.is_file():
+        refuse(f"{directory} lacks {MODEL_FILE} or {CARD_FILE}", RefusalReason.MODEL_MISSING)
+    return model_path.read_bytes(), card_path.read_bytes()
+
+
 class OnnxPolicy:
     """A validated ONNX policy: batched :meth:`score` and single-view :meth:`pick`.
 
@@ -367,17 +421,7 @@ class OnnxPolicy:
         """Validate and load a model from memory; raises :class:`PolicyRefusedError`."""
         opts = options or RuntimeOptions()
         card = parse_card(card_bytes, name=name, version=version)
-        session = _make_session(model, opts)
-        metadata = session.get_modelmeta().custom_metadata_map
-        if (
-            METADATA_SCHEMA_KEY in metadata
-            and metadata[METADATA_SCHEMA_KEY] != card.feature_schema_version
-        ):
-            raise PolicyRefusedError(
-                RefusalReason.SCHEMA_VERSION_MISMATCH,
-                f"ONNX metadata names feature schema {metadata[METADATA_SCHEMA_KEY]!r}, "
-                f"the encoder is {FEATURE_SCHEMA_VERSION!r}",
-            )
+        session = open_session(model, opts, schema_version=card.feature_schema_version)
         _check_graph_signature(session)
         _probe(session)
         kind = OnnxRankingPolicy if card.decision_mode == MODE_RANK else OnnxPolicy
@@ -392,14 +436,10 @@ class OnnxPolicy:
     @classmethod
     def load(cls, directory: Path, *, options: RuntimeOptions | None = None) -> OnnxPolicy:
         """Load ``<directory>/policy.onnx`` + ``card.json``; name and version come from the path."""
-        model_path, card_path = directory / MODEL_FILE, directory / CARD_FILE
-        if not model_path.is_file() or not card_path.is_file():
-            raise PolicyRefusedError(
-                RefusalReason.MODEL_MISSING, f"{directory} lacks {MODEL_FILE} or {CARD_FILE}"
-            )
+        model, card = read_model_dir(directory)
         return cls.from_bytes(
-            model_path.read_bytes(),
-            card_path.read_bytes(),
+            model,
+            card,
             options=options,
             name=directory.parent.name,
             version=directory.name,
@@ -485,5 +525,9 @@ __all__ = [
     "RuntimeOptions",
     "describe_signature",
     "file_sha256",
+    "open_session",
     "parse_card",
+    "parse_domain_card",
+    "read_model_dir",
+    "refuse",
 ]
