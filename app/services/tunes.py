@@ -474,15 +474,17 @@ async def list_tunes(
 
 
 def _policy_label(decisions: DecisionService, name: str, tenant: str) -> str | None:
-    """The validation table's label of policy ``name`` (``name@version`` of a model, the
-    heuristic's name), or None when the catalogue does not know it."""
+    """The validation table's label of policy ``name``, or None when the catalogue does not
+    know it: the name of the policy that decides, as its decisions name it. A policy that
+    decides as a heuristic (a heuristic's name, or a heuristic card, which the registry serves
+    as the heuristic it recommends) is that heuristic's row; a model is ``name@version``."""
     if decisions.is_heuristic(name):
         return split_policy(name)[0]
     info = decisions.get_policy(name, tenant)
     if info is None:
         return None
-    if info.kind == "heuristic":
-        return info.name.lower()
+    if info.heuristic is not None:
+        return info.heuristic
     return f"{info.name}@{info.version}"
 
 
