@@ -214,9 +214,11 @@ async def _decide(
     deadline_ms: float,
     field_prefix: str,
 ) -> _Outcome:
-    """``policy`` with ``fallback`` behind it, off the event loop. An inconsistent snapshot is a
-    422 naming the field under ``field_prefix``; a fallback heuristic's decision that broke an
-    invariant would be a bug in the domain, and raises."""
+    """``policy`` with ``fallback`` behind it, off the event loop. The snapshot is validated
+    here, once, for both (an inconsistent one is a 422 naming the field under
+    ``field_prefix``); every decision is checked against it (:func:`_decide_checked`), and a
+    fallback heuristic's decision that broke an invariant would be a bug in the domain, and
+    raises."""
     started = time.perf_counter()
     try:
         await anyio.to_thread.run_sync(validate_snapshot, state)

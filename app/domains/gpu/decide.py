@@ -37,7 +37,6 @@ from app.domains.gpu.types import (
     node_gpus,
 )
 from app.domains.gpu.types import Placement as NodePlacement
-from app.domains.gpu.validation import validate_snapshot
 
 __all__ = ["FreeGpus", "consolidate", "decide", "most_free", "place", "place_on"]
 
@@ -435,9 +434,10 @@ def _admit_optimus(
 def decide(
     state: ClusterSnapshot, policy: GpuHeuristic | ScoredPolicy, config: GpuConfig | None = None
 ) -> GpuDecision:
-    """One round of ``policy`` (a heuristic or a learned scorer) on ``state`` (validated
-    first)."""
-    validate_snapshot(state)
+    """One round of ``policy`` (a heuristic or a learned scorer) on ``state``, a snapshot that
+    :func:`~app.domains.gpu.validation.validate_snapshot` accepts: the caller validates at its
+    boundary (the service once per round, before the policy and its fallback decide; the
+    simulator's snapshots hold by construction)."""
     cfg = config or GpuConfig()
     r = _Round.of(state, cfg)
     if policy.mode is Mode.OPTIMUS:

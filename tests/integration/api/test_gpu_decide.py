@@ -110,6 +110,19 @@ async def test_the_documented_example_decides(client: httpx.AsyncClient) -> None
             },
             "body.jobs.allocation",
         ),
+        (
+            {
+                "jobs": [
+                    {
+                        "id": "j",
+                        "arrival": NOW,
+                        "min_gpus": 4,
+                        "allocation": [{"node_id": "n1", "gpus": 2}],
+                    }
+                ]
+            },
+            "body.jobs[0].allocation",
+        ),
         ({"policy": "f1"}, "body.policy"),
         ({"fallback": "hpc-kernel"}, "body.fallback"),
         ({"domain": "quantum"}, "body"),

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from app.db.repositories.gpu_service_repository import ServiceRow
+from app.domains.gpu import validation
 from app.domains.gpu.heuristics import GpuConfig
 from app.domains.gpu.learned import ScoredPolicy
 from app.domains.gpu.types import ClusterSnapshot, GpuDecision, GpuJob, Placement, gpu_node
@@ -163,6 +164,31 @@ async def test_a_decision_that_breaks_an_invariant_falls_back(
     out = await _decide(_Entry("gpu", _Model(_scored(_by_arrival_desc))))
     assert (out.fallback_used, out.reason) == (True, FallbackReason.INVALID_DECISION)
     assert "not running" in (out.detail or "")
+
+
+@pytest.mark.parametrize(
+    ("entry", "fallback_used"),
+    [
+        (_Entry("gpu", _Model(_scored(_by_arrival_desc))), False),
+        (_Entry("gpu", _Model(_scored(_nan))), True),
+    ],
+)
+async def test_a_round_validates_its_snapshot_once(
+    monkeypatch: pytest.MonkeyPatch, entry: _Entry, fallback_used: bool
+) -> None:
+    # every validate_snapshot checks each job once (through validation._check_job), whoever
+    # calls it: the boundary, the policy's decide or the fallback's
+    checked: list[str] = []
+    real = validation._check_job
+
+    def counting(job: GpuJob, where: str) -> None:
+        checked.append(job.id)
+        real(job, where)
+
+    monkeypatch.setattr(validation, "_check_job", counting)
+    out = await _decide(entry)
+    assert out.fallback_used is fallback_used
+    assert checked == [j.id for j in STATE.jobs]
 
 
 async def test_an_inconsistent_snapshot_is_a_422_naming_the_field() -> None:
