@@ -8,6 +8,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import orm  # noqa: F401  (registers the tables)
 from app.db.base import Base
@@ -23,13 +24,18 @@ def _diff(connection: Connection) -> list[object]:
     return list(compare_metadata(context, Base.metadata))
 
 
+async def _head_diff(engine: AsyncEngine) -> list[object]:
+    """What the database at the head (asserted) and the ORM metadata disagree on."""
+    assert await current_revisions(engine) == {head_revision()}
+    async with engine.connect() as conn:
+        return await conn.run_sync(_diff)
+
+
 async def test_autogenerate_finds_no_difference(database_url: str) -> None:
     engine = make_engine(database_url)
     try:
         await upgrade_to_head(engine)
-        assert await current_revisions(engine) == {head_revision()}
-        async with engine.connect() as conn:
-            diff = await conn.run_sync(_diff)
+        diff = await _head_diff(engine)
         assert diff == [], f"migrations and ORM disagree: {diff}"
     finally:
         await engine.dispose()
@@ -58,9 +64,7 @@ async def test_upgrade_downgrade_to_base_and_upgrade_again(empty_url: str) -> No
         async with engine.connect() as conn:
             assert await conn.run_sync(_tables) == set()
         await migrate(engine, "head")
-        assert await current_revisions(engine) == {head_revision()}
-        async with engine.connect() as conn:
-            diff = await conn.run_sync(_diff)
+        diff = await _head_diff(engine)
         assert diff == [], f"migrations and ORM disagree after a round trip: {diff}"
     finally:
         await engine.dispose()
