@@ -37,26 +37,37 @@ JOB_EXAMPLE: JsonDict = {
 }
 
 
-#: An elastic training job of a gpu cluster: 2..8 GPUs, one per task.
+#: An elastic training job of a gpu cluster: 2..8 GPUs, one per task, no run-time estimate.
 GPU_JOB_EXAMPLE: JsonDict = {
     "id": "bert-3",
     "tasks": 4,
     "per_task": {"gpu": 1},
-    "walltime_s": 7200,
     "user": "alice",
     "labels": {"kairos/app": "bert"},
     "min_tasks": 2,
     "max_tasks": 8,
 }
 
+WALLTIME_DESCRIPTION = (
+    "Requested (estimated) run time, seconds. Required on hpc clusters (a job without it is "
+    "422 naming this field); optional on gpu clusters, where it is the job's estimate, read "
+    "only by the estimate-aware policies: `sjf`, `srtf` and `srsf` order the jobs without one "
+    "after those with one (by arrival, then id), `optimus` gives each of them the same unit of "
+    "remaining work; the default policies (`gpu-v1`, `tiresias-2dlas`) never read it."
+)
 
-class JobSpec(Schema):
+
+class JobCreate(Schema):
+    """A job as submitted to a cluster (``POST .../jobs``, ``.../jobs/batch``)."""
+
     model_config = ConfigDict(json_schema_extra={"examples": [JOB_EXAMPLE, GPU_JOB_EXAMPLE]})
 
     id: Id
     tasks: TaskCount = 1
     per_task: NonZeroResources
-    walltime_s: Duration
+    # Stored and hashed as null when unset (never left out): a resubmission that drops it is a
+    # 409 naming it.
+    walltime_s: Duration | None = Field(default=None, description=WALLTIME_DESCRIPTION)
     submit_time: EpochSeconds | None = None
     priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1, strict=True)] = 0
     user: ShortText | None = None
@@ -83,6 +94,15 @@ class JobSpec(Schema):
     )
 
 
+class JobSpec(JobCreate):
+    """A job of an hpc snapshot (``POST /v1/decide``): the run time is required (EASY backfill
+    and the walltime features read it)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [JOB_EXAMPLE]})
+
+    walltime_s: Duration = Field(description="Requested (estimated) run time, seconds.")
+
+
 class JobBatchCreate(Schema):
     model_config = ConfigDict(
         json_schema_extra={
@@ -97,7 +117,7 @@ class JobBatchCreate(Schema):
         }
     )
 
-    jobs: Annotated[list[JobSpec], Field(min_length=1, max_length=MAX_BATCH_JOBS)]
+    jobs: Annotated[list[JobCreate], Field(min_length=1, max_length=MAX_BATCH_JOBS)]
 
 
 class PlacementRead(ReadSchema):
@@ -132,7 +152,9 @@ class JobRead(ReadSchema):
     state: JobStateName
     tasks: int
     per_task: dict[str, float]
-    walltime_s: float
+    walltime_s: float | None = Field(
+        description="The requested (estimated) run time; null for a gpu job submitted without one."
+    )
     submit_time: float
     priority: int
     user: str | None

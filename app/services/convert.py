@@ -29,7 +29,7 @@ from app.schemas.cluster import (
     NodeRead,
 )
 from app.schemas.decision import DecisionRead
-from app.schemas.job import JobRead, JobSpec, JobWarning
+from app.schemas.job import JobCreate, JobRead, JobWarning
 
 
 def epoch(ts: datetime) -> float:
@@ -91,12 +91,12 @@ def placement_demand(per_task: Mapping[str, float], tasks: int) -> dict[str, flo
 # -- jobs ------------------------------------------------------------------------------------------
 
 
-def spec_hash(spec: JobSpec) -> str:
+def spec_hash(spec: JobCreate) -> str:
     """Hash of the spec as sent (defaults filled, ``submit_time`` as given, possibly null)."""
     return canonical_hash(spec.model_dump(mode="json"))
 
 
-def stored_spec(spec: JobSpec, now: float) -> dict[str, Any]:
+def stored_spec(spec: JobCreate, now: float) -> dict[str, Any]:
     data = spec.model_dump(mode="json")
     if data["submit_time"] is None:
         data["submit_time"] = now
@@ -104,6 +104,8 @@ def stored_spec(spec: JobSpec, now: float) -> dict[str, Any]:
 
 
 def job_from_spec(spec: Mapping[str, Any]) -> Job:
+    """The hpc job of a stored spec (an hpc cluster's specs all have ``walltime_s``: submission
+    refuses one without it)."""
     return Job(
         id=spec["id"],
         per_task=clean(spec["per_task"]),
@@ -116,6 +118,12 @@ def job_from_spec(spec: Mapping[str, Any]) -> Job:
         depends_on=tuple(spec.get("depends_on", ())),
         labels=dict(spec.get("labels", {})),
     )
+
+
+def estimate_of(spec: Mapping[str, Any]) -> float | None:
+    """A stored spec's ``walltime_s``; ``None`` for a gpu job submitted without an estimate."""
+    value = spec.get("walltime_s")
+    return None if value is None else float(value)
 
 
 def placements_of(raw: Iterable[Mapping[str, Any]] | None) -> tuple[Placement, ...]:
@@ -139,7 +147,7 @@ def job_read(record: JobRecord, cluster_id: str, warnings: Sequence[JobWarning] 
             "state": record.state,
             "tasks": int(s.get("tasks", 1)),
             "per_task": clean(s["per_task"]),
-            "walltime_s": float(s["walltime_s"]),
+            "walltime_s": estimate_of(s),
             "submit_time": record.submit_time,
             "priority": int(s.get("priority", 0)),
             "user": s.get("user"),

@@ -1,7 +1,7 @@
 """Jobs on gpu clusters through the ordinary jobs endpoints (spec section 7.8).
 
 A GPU job is a gang of ``g`` GPUs: ``tasks: g, per_task: {"gpu": 1}``; ``walltime_s`` is its
-estimate (read by the estimate-aware heuristics only), ``user`` its tenant and
+optional estimate (read by the estimate-aware heuristics only), ``user`` its tenant and
 ``labels["kairos/app"]`` its application. ``min_tasks`` / ``max_tasks`` make it elastic (any
 size in ``min..max``, see :func:`app.services.gpu_rounds.job_size`); they are refused on other
 clusters. A job's attained service is read from ``gpu_job_service`` (written by the rounds
@@ -16,7 +16,7 @@ from app.db.orm import ClusterRecord, JobRecord
 from app.db.repositories.gpu_service_repository import ServiceRow, service_rows
 from app.db.repositories.node_repository import NodeRepository
 from app.schemas.decision import DecideRequest
-from app.schemas.job import GpuServiceRead, JobRead, JobSpec
+from app.schemas.job import GpuServiceRead, JobCreate, JobRead
 from app.services.context import Ctx
 from app.services.errors import ErrorItem, UnprocessableError
 
@@ -35,12 +35,12 @@ GPU_PER_TASK = {"gpu": 1.0}
 MAX_PROBLEMS = 100
 
 
-def _elastic_fields(spec: JobSpec) -> list[str]:
+def _elastic_fields(spec: JobCreate) -> list[str]:
     return [name for name in ("min_tasks", "max_tasks") if getattr(spec, name) is not None]
 
 
 def _elastic_problems(
-    specs: Iterable[tuple[str, JobSpec]], domain: str, where: str
+    specs: Iterable[tuple[str, JobCreate]], domain: str, where: str
 ) -> list[ErrorItem]:
     problems: list[ErrorItem] = []
     for prefix, spec in specs:
@@ -77,7 +77,7 @@ def check_hpc_snapshot(body: DecideRequest) -> None:
         raise UnprocessableError("the decide request is invalid", details=problems)
 
 
-def _spec_problems(spec: JobSpec, where: str, cluster_gpus: int | None) -> list[ErrorItem]:
+def _spec_problems(spec: JobCreate, where: str, cluster_gpus: int | None) -> list[ErrorItem]:
     problems: list[ErrorItem] = []
     if {k: float(v) for k, v in spec.per_task.items()} != GPU_PER_TASK:
         problems.append(
@@ -109,7 +109,7 @@ def _spec_problems(spec: JobSpec, where: str, cluster_gpus: int | None) -> list[
 
 
 async def check_specs(
-    ctx: Ctx, cluster: ClusterRecord, specs: Sequence[JobSpec], prefix: str
+    ctx: Ctx, cluster: ClusterRecord, specs: Sequence[JobCreate], prefix: str
 ) -> None:
     """422 naming the fields of ``specs`` that ``cluster``'s domain cannot take: elastic fields
     on a cluster that is not gpu; on a gpu cluster a ``per_task`` other than one GPU,

@@ -77,7 +77,7 @@ from app.outcomes import FallbackReason
 from app.schemas.decision import DecisionRead, ScheduleRequest
 from app.schemas.gpu import APP_LABEL, GpuClusterSettings, GpuDecideRequest
 from app.services.context import Ctx
-from app.services.convert import clean, decision_read, finite_json, gpu_settings
+from app.services.convert import clean, decision_read, estimate_of, finite_json, gpu_settings
 from app.services.decision import DecisionService, split_policy
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
 from app.services.policy_names import check_fallback_name, check_policy_name, default_policy
@@ -391,7 +391,7 @@ def _job(row: JobRow, service: ServiceRow) -> GpuJob:
         max_gpus=high,
         tenant=str(spec.get("user") or DEFAULT_TENANT),
         app=labels.get(APP_LABEL),
-        estimate_s=float(spec["walltime_s"]),
+        estimate_s=estimate_of(spec),
         allocation=allocation if row.state == "running" else (),
         attained_gpu_s=service.attained_gpu_s,
         executed_s=service.executed_s,

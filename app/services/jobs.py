@@ -17,7 +17,7 @@ from app.db.repositories.node_repository import NodeRepository
 from app.domains.hpc.types import JobState
 from app.kernel.clock import epoch_now
 from app.schemas.common import Page
-from app.schemas.job import JobEventCreate, JobRead, JobSpec
+from app.schemas.job import JobCreate, JobEventCreate, JobRead
 from app.services.amounts import all_zero, zero_amount_error
 from app.services.clusters import require_cluster
 from app.services.context import Ctx
@@ -33,8 +33,8 @@ from app.services.dags import DAG_DOMAIN, record_stage_event
 from app.services.dependencies import cycle_error, find_cycle, unknown_dependencies
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError, not_found
 from app.services.fit import FitLimits
+from app.services.gpu_jobs import GPU_DOMAIN, with_service
 from app.services.gpu_jobs import check_specs as check_domain_specs
-from app.services.gpu_jobs import with_service
 from app.services.paging import cursor_arg
 
 #: event type -> states it may be applied to -> resulting state
@@ -46,11 +46,24 @@ TRANSITIONS: dict[str, tuple[frozenset[JobState], JobState]] = {
 }
 
 
-def _check_specs(cluster: ClusterRecord, specs: Sequence[JobSpec], prefix: str) -> None:
+def _check_specs(cluster: ClusterRecord, specs: Sequence[JobCreate], prefix: str) -> None:
+    """422 naming every field of ``specs`` the cluster cannot take: a resource it does not
+    have, a demand of zero, a dependency on the job itself, and, on a cluster that is not gpu,
+    a missing ``walltime_s`` (only gpu clusters decide jobs without a run-time estimate)."""
     allowed = set(cluster.resources)
+    estimate_required = cluster.domain != GPU_DOMAIN
     problems: list[ErrorItem] = []
     for i, spec in enumerate(specs):
         where = prefix.format(i=i)
+        if estimate_required and spec.walltime_s is None:
+            problems.append(
+                ErrorItem(
+                    f"{where}.walltime_s",
+                    f"required on {cluster.domain} clusters (only gpu clusters take jobs "
+                    "without a run-time estimate)",
+                    "missing",
+                )
+            )
         for name in spec.per_task:
             if name not in allowed:
                 problems.append(
@@ -101,7 +114,7 @@ def _check_same_specs(
     found: Mapping[str, JobRecord],
     first: Mapping[str, int],
     hashes: Sequence[str],
-    specs: Sequence[JobSpec],
+    specs: Sequence[JobCreate],
     prefix: str,
 ) -> None:
     """409 unless every stored job of ``found`` has the spec its id is submitted with; the
@@ -119,7 +132,7 @@ def _check_same_specs(
 async def _check_dependencies(
     repo: JobRepository,
     cluster: ClusterRecord,
-    specs: Sequence[JobSpec],
+    specs: Sequence[JobCreate],
     first: Mapping[str, int],
     existing: Mapping[str, JobRecord],
     prefix: str,
@@ -153,7 +166,7 @@ async def _check_dependencies(
 
 
 async def submit_jobs(
-    ctx: Ctx, cluster_id: str, specs: Sequence[JobSpec], *, prefix: str = "body.jobs[{i}]"
+    ctx: Ctx, cluster_id: str, specs: Sequence[JobCreate], *, prefix: str = "body.jobs[{i}]"
 ) -> tuple[list[JobRead], bool]:
     """Submit all of ``specs`` or none; ``True`` when at least one job was created.
 
@@ -226,7 +239,7 @@ async def submit_jobs(
     return await with_service(ctx, cluster, records, reads), bool(created)
 
 
-async def submit_job(ctx: Ctx, cluster_id: str, spec: JobSpec) -> tuple[JobRead, bool]:
+async def submit_job(ctx: Ctx, cluster_id: str, spec: JobCreate) -> tuple[JobRead, bool]:
     jobs, created = await submit_jobs(ctx, cluster_id, [spec], prefix="body")
     return jobs[0], created
 

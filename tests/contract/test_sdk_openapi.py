@@ -221,7 +221,7 @@ SAMPLE_CALLS: dict[str, Callable[[Client], object]] = {
 #: SDK TypedDict parameters and the request-body property that carries them.
 NESTED_PARAMS: list[tuple[str, tuple[str, ...], type[Any]]] = [
     ("nodes.upsert_many", ("nodes", "[]"), kairos_client.types.NodeParam),
-    ("jobs.submit_many", ("jobs", "[]"), kairos_client.types.JobSpecParam),
+    ("jobs.submit_many", ("jobs", "[]"), kairos_client.types.JobCreateParam),
     ("dags.submit", ("stages", "[]"), kairos_client.types.StageSpecParam),
     ("decide", ("nodes", "[]"), kairos_client.types.SnapshotNodeParam),
     ("decide_gpu", ("jobs", "[]"), kairos_client.types.GpuJobParam),

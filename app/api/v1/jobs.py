@@ -11,12 +11,13 @@ from app.api.errors import ERROR_RESPONSES
 from app.api.v1.params import ClusterId, Cursor, JobId, Limit
 from app.schemas.common import DEFAULT_PAGE_LIMIT, ErrorResponse, Page, example
 from app.schemas.job import (
+    GPU_JOB_EXAMPLE,
     JOB_EXAMPLE,
     JobBatchCreate,
     JobBatchRead,
+    JobCreate,
     JobEventCreate,
     JobRead,
-    JobSpec,
     JobStateName,
 )
 from app.services import jobs as job_service
@@ -36,14 +37,23 @@ router = APIRouter(
     description=(
         "Queues a job (a gang of `tasks` x `per_task`). 201 when created; the same id with the "
         "same body again answers 200 with the same job; the same id with a different body is "
-        "409. `per_task` may only name the cluster's resources."
+        "409. `per_task` may only name the cluster's resources. `walltime_s` is required on hpc "
+        "clusters and optional on gpu clusters (the job's estimate)."
     ),
     responses={200: {"model": JobRead, "description": "Already submitted with this body"}},
 )
 async def submit_job(
     cluster_id: ClusterId,
     body: Annotated[
-        JobSpec, Body(openapi_examples={"gang": example("A 4-task gang", JOB_EXAMPLE)})
+        JobCreate,
+        Body(
+            openapi_examples={
+                "gang": example("A 4-task gang", JOB_EXAMPLE),
+                "gpu": example(
+                    "An elastic GPU job with no estimate (gpu cluster)", GPU_JOB_EXAMPLE
+                ),
+            }
+        ),
     ],
     ctx: CtxDep,
     response: Response,

@@ -25,9 +25,13 @@ async def test_gpu_cluster_page(client: httpx.AsyncClient, cid: str) -> None:
     assert r.status_code == 201, r.text
     nodes = [{"id": "n0", "capacity": {"gpu": 4}}, {"id": "n1", "capacity": {"gpu": 4}}]
     await client.put(f"/v1/clusters/{cid}/nodes", json={"nodes": nodes})
-    for job_id, at in (("long", T0), ("big", T0 + 1)):
-        body = {"id": job_id, "tasks": 4, "per_task": {"gpu": 1}, "walltime_s": 60.0}
-        await client.post(f"/v1/clusters/{cid}/jobs", json={**body, "submit_time": at})
+    # "long" has no run-time estimate (optional on gpu clusters), "big" one of 60 s
+    for job_id, at, estimate in (("long", T0, None), ("big", T0 + 1, 60.0)):
+        body = {"id": job_id, "tasks": 4, "per_task": {"gpu": 1}, "submit_time": at}
+        if estimate is not None:
+            body["walltime_s"] = estimate
+        r = await client.post(f"/v1/clusters/{cid}/jobs", json=body)
+        assert r.status_code == 201, r.text
     await client.post(f"/v1/clusters/{cid}/schedule", json={"now": T0 + 2})
     late = {"id": "late", "tasks": 8, "per_task": {"gpu": 1}, "walltime_s": 60.0}
     await client.post(
@@ -49,5 +53,8 @@ async def test_gpu_cluster_page(client: httpx.AsyncClient, cid: str) -> None:
     queued = _row(html, "data-job", "long")
     # 4 GPUs for 100 s, kept while pending, one preemption
     assert re.findall(r'<td class="num">([^<]*)</td>', queued)[1:4] == ["400", "100", "1"]
+    estimate = r'<td class="num" data-testid="estimate">([^<]*)</td>'
+    assert re.findall(estimate, queued) == ["\u2014"]
+    assert re.findall(estimate, _row(html, "data-job", "big")) == ["60"]
     newest = _row(html, "data-decision", d["id"])
     assert "long, big" in newest

@@ -9,7 +9,7 @@ from kairos_client._params import list_params, plain
 from kairos_client._resource import AsyncAPIResource, SyncAPIResource, path
 from kairos_client._types import NOT_GIVEN, NotGiven, Resources, Timeout, strip_not_given
 from kairos_client.types.job import Job, JobEventType, JobState
-from kairos_client.types.params import JobSpecParam
+from kairos_client.types.params import JobCreateParam, JobSpecParam
 
 __all__ = ["AsyncJobs", "Jobs"]
 
@@ -32,7 +32,7 @@ def _submit(
 
 def _submit_many(
     cluster_id: str,
-    jobs: Iterable[JobSpecParam],
+    jobs: Iterable[JobCreateParam | JobSpecParam],
     *,
     timeout: Timeout | NotGiven,
     idempotency_key: str | NotGiven,
@@ -72,7 +72,7 @@ def _spec(
     *,
     id: str,
     per_task: Resources,
-    walltime_s: float,
+    walltime_s: float | NotGiven,
     tasks: int | NotGiven,
     submit_time: float | NotGiven,
     priority: int | NotGiven,
@@ -108,7 +108,7 @@ class Jobs(SyncAPIResource):
         *,
         id: str,
         per_task: Resources,
-        walltime_s: float,
+        walltime_s: float | NotGiven = NOT_GIVEN,
         tasks: int | NotGiven = NOT_GIVEN,
         submit_time: float | NotGiven = NOT_GIVEN,
         priority: int | NotGiven = NOT_GIVEN,
@@ -124,8 +124,10 @@ class Jobs(SyncAPIResource):
         """Submit a job (``tasks`` copies of ``per_task``, all started together).
 
         Submitting the same id with the same body again returns the same job; a different body
-        raises :class:`~kairos_client.ConflictError`. On a gpu cluster a job is ``tasks`` GPUs
-        (``per_task={"gpu": 1}``); ``min_tasks``/``max_tasks`` make it elastic.
+        raises :class:`~kairos_client.ConflictError`. ``walltime_s`` (the requested run time) is
+        required on hpc clusters. On a gpu cluster a job is ``tasks`` GPUs
+        (``per_task={"gpu": 1}``), ``min_tasks``/``max_tasks`` make it elastic, and
+        ``walltime_s`` is an optional estimate.
         """
         spec = _spec(
             id=id,
@@ -147,7 +149,7 @@ class Jobs(SyncAPIResource):
     def submit_many(
         self,
         cluster_id: str,
-        jobs: Iterable[JobSpecParam],
+        jobs: Iterable[JobCreateParam | JobSpecParam],
         *,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,
@@ -232,7 +234,7 @@ class AsyncJobs(AsyncAPIResource):
         *,
         id: str,
         per_task: Resources,
-        walltime_s: float,
+        walltime_s: float | NotGiven = NOT_GIVEN,
         tasks: int | NotGiven = NOT_GIVEN,
         submit_time: float | NotGiven = NOT_GIVEN,
         priority: int | NotGiven = NOT_GIVEN,
@@ -266,7 +268,7 @@ class AsyncJobs(AsyncAPIResource):
     async def submit_many(
         self,
         cluster_id: str,
-        jobs: Iterable[JobSpecParam],
+        jobs: Iterable[JobCreateParam | JobSpecParam],
         *,
         timeout: Timeout | NotGiven = NOT_GIVEN,
         idempotency_key: str | NotGiven = NOT_GIVEN,

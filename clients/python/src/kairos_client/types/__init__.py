@@ -34,6 +34,7 @@ from kairos_client.types.gpu import (
 from kairos_client.types.job import Job, JobEventType, JobState, JobWarning
 from kairos_client.types.node import Node
 from kairos_client.types.params import (
+    JobCreateParam,
     JobSpecParam,
     NodeParam,
     PlacementParam,
@@ -76,6 +77,7 @@ __all__ = [
     "GpuSettings",
     "GpuSettingsParam",
     "Job",
+    "JobCreateParam",
     "JobEventType",
     "JobSpecParam",
     "JobState",

@@ -32,7 +32,8 @@ class Job(BaseModel):
     state: JobState
     tasks: int = 1
     per_task: dict[str, float]
-    walltime_s: float
+    walltime_s: float | None
+    """The requested (estimated) run time; ``None`` for a gpu job submitted without one."""
     submit_time: float
     priority: int = 0
     user: str | None = None

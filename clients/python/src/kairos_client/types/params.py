@@ -23,8 +23,30 @@ class NodeParam(TypedDict, total=False):
     state: Literal["up", "down", "drain"]
 
 
+class JobCreateParam(TypedDict, total=False):
+    """A job to submit (``JobCreate`` in the API)."""
+
+    id: Required[str]
+    per_task: Required[Mapping[str, float]]
+    walltime_s: float
+    """The requested (estimated) run time: required on hpc clusters, optional on gpu clusters
+    (the job's estimate, read only by the estimate-aware policies)."""
+    tasks: int
+    submit_time: float
+    priority: int
+    user: str
+    queue: str
+    depends_on: Sequence[str]
+    labels: Mapping[str, str]
+    min_tasks: int
+    """gpu clusters, elastic jobs: the fewest tasks (GPUs) it runs with (default ``tasks``)."""
+    max_tasks: int
+    """gpu clusters, elastic jobs: the most tasks (GPUs) it may be given."""
+
+
 class JobSpecParam(TypedDict, total=False):
-    """A job to submit (``JobSpec`` in the API)."""
+    """A job of an hpc ``decide`` snapshot (``JobSpec`` in the API): ``walltime_s`` is required.
+    ``jobs.submit_many`` takes it too."""
 
     id: Required[str]
     per_task: Required[Mapping[str, float]]
@@ -61,6 +83,7 @@ class RunningJobParam(TypedDict):
 
 
 __all__ = [
+    "JobCreateParam",
     "JobSpecParam",
     "NodeParam",
     "PlacementParam",
