@@ -189,6 +189,10 @@ class DecisionWriter:
         self._thread: ThreadPoolExecutor | None = None
         self._unchecked_bytes = 0
         self._checkpointing: asyncio.Future[None] | None = None
+        #: committed transactions that stored at least one row, and the rows they stored
+        #: (``rows / transactions``: how many decisions shared a commit)
+        self.transactions = 0
+        self.rows = 0
 
     def start(self) -> None:
         if self._task is not None:
@@ -270,8 +274,14 @@ class DecisionWriter:
             for pending in batch:
                 _settle(pending, exc)
             return
+        self._committed(len(batch))
         for pending in batch:
             _settle(pending, None)
+
+    def _committed(self, rows: int) -> None:
+        if rows:
+            self.transactions += 1
+            self.rows += rows
 
     async def _write_sqlite(self, sink: _SqliteSink, batch: Sequence[_Pending]) -> None:
         try:
@@ -287,6 +297,7 @@ class DecisionWriter:
             for pending in batch:
                 _settle(pending, exc)
             return
+        self._committed(sum(stored))
         _settle_stored(batch, stored)
         self._unchecked_bytes += sum(len(v) for row in rows for v in row if isinstance(v, str))
         if self._unchecked_bytes >= CHECKPOINT_BYTES and self._checkpointing is None:
@@ -320,6 +331,7 @@ class DecisionWriter:
             for pending in batch:
                 _settle(pending, exc)
             return
+        self._committed(sum(stored))
         _settle_stored(batch, stored)
 
     async def _insert_each(self, rows: list[dict[str, Any]]) -> list[bool]:

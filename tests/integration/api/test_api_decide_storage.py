@@ -161,3 +161,63 @@ async def test_sqlite_writer_checkpoints_the_wal_in_its_thread(
         await asyncio.sleep(0.02)
     assert writer._checkpointing is None
     assert await _count(app, ids) == len(ids)
+
+
+async def test_records_queued_in_one_tick_share_one_commit(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """Group commit: records queued while the writer is idle go into its next transaction
+    together, and each is readable by its id once its ``add`` returned."""
+    writer: DecisionWriter = app.state.decision_writer
+    transactions, rows = writer.transactions, writer.rows
+    records = [_record(f"req-{uuid.uuid4().hex}") for _ in range(5)]
+    await asyncio.gather(*(writer.add(r) for r in records))
+    assert (writer.transactions - transactions, writer.rows - rows) == (1, 5)
+    for record in records:
+        detail = await client.get(f"/v1/decisions/{record.id}")
+        assert detail.status_code == 200, detail.text
+        assert detail.json()["request_id"] == record.request_id
+
+
+async def test_concurrent_keyed_decisions_are_stored_once_and_replayed(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """Concurrent ``/v1/decide`` requests with an ``Idempotency-Key`` each: every decision is
+    committed (sharing commits with its batch-mates) before it is answered, readable by id, and
+    a retry with the same key answers the stored decision without storing another."""
+    writer: DecisionWriter = app.state.decision_writer
+    transactions, rows = writer.transactions, writer.rows
+    keys = [f"key-{uuid.uuid4().hex}" for _ in range(24)]
+    responses = await asyncio.gather(
+        *(
+            client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"Idempotency-Key": k})
+            for k in keys
+        )
+    )
+    assert [r.status_code for r in responses] == [200] * len(keys), responses[0].text
+    answers = [r.json() for r in responses]
+    assert all(a["stored"] for a in answers)
+    assert not any(a["fallback"]["used"] for a in answers)
+    assert writer.rows - rows == len(keys)
+    assert 1 <= writer.transactions - transactions <= len(keys)
+    request_ids = [a["request_id"] for a in answers]
+    assert len(set(request_ids)) == len(keys)
+    assert await _count(app, request_ids) == len(keys)
+    for answer in answers:
+        detail = await client.get(f"/v1/decisions/{answer['id']}")
+        assert detail.status_code == 200, detail.text
+        assert detail.json()["allocations"] == answer["allocations"]
+        assert detail.json()["input"]["pending"][0]["id"] == "p1"
+    stored = writer.rows
+    retries = await asyncio.gather(
+        *(
+            client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"Idempotency-Key": k})
+            for k in keys
+        )
+    )
+    for answer, retry in zip(answers, retries, strict=True):
+        assert retry.status_code == 200, retry.text
+        assert retry.headers.get("Idempotent-Replayed") == "true"
+        assert retry.json() == answer
+    assert writer.rows == stored
+    assert await _count(app, request_ids) == len(keys)
