@@ -34,6 +34,10 @@ Each batch also carries the batcher's measured cost per item
 inference, then one walk per item) can tell how much of the batch's time goes to an item's
 batch-mates.
 
+Nothing the batcher keeps refers back to a request once it is answered (no reference cycles
+through its timers, its batch's control or the collector): a request's item and answer are freed
+by reference counting, not by a later garbage collection.
+
 The batcher counts what it dispatched (:attr:`MicroBatcher.batches`, :attr:`MicroBatcher.items`,
 :attr:`MicroBatcher.mean_batch`) and the waits that ended in the queue
 (:attr:`MicroBatcher.expired_in_queue`).
@@ -186,7 +190,11 @@ class BatchControl(Generic[R]):
         item_seconds: float = 0.0,
     ):
         self._futures = futures
-        self._handover: LoopHandover[R] = LoopHandover(loop, self._resolve_ready)
+        # a function of the futures, not a bound method: the control and its handover would
+        # otherwise refer to each other, keeping the batch's outcomes alive until a collection
+        self._handover: LoopHandover[R] = LoopHandover(
+            loop, functools.partial(_resolve_ready, futures)
+        )
         #: the batcher's clock when the batch started (on the loop, before the handler ran)
         self.started_at = started_at
         #: the batcher's measured handler seconds per item when the batch started
@@ -211,10 +219,6 @@ class BatchControl(Generic[R]):
         """
         self.progressed_at = time.monotonic()
         self._handover.put(index, result)
-
-    def _resolve_ready(self, ready: list[tuple[int, R]]) -> None:
-        for index, result in ready:
-            _resolve(self._futures[index], result)
 
 
 BatchHandler = Callable[[Sequence[T], BatchControl[R]], Sequence[R]]
@@ -331,6 +335,9 @@ class MicroBatcher(Generic[T, R]):
             for timer in (pending.queue_timer, pending.run_timer):
                 if timer is not None:
                     timer.cancel()
+            # a timer's handle holds the pending item: without these references the request
+            # and its answer are freed as soon as nobody uses them, not by a later collection
+            pending.queue_timer = pending.run_timer = None
 
     def _expire_queued(self, pending: _Pending[T, R], seconds: float) -> None:
         """The queue bound holds until the handler of the item's batch has started (a batch
@@ -346,20 +353,22 @@ class MicroBatcher(Generic[T, R]):
     ) -> None:
         """Expire ``pending`` once its batch's handler, started, has been silent for
         ``seconds``; checked every ``seconds`` before it starts, re-armed while it progresses."""
-        loop = asyncio.get_running_loop()
+        pending.run_timer = asyncio.get_running_loop().call_later(
+            seconds, self._check_run, pending, control, seconds
+        )
 
-        def check() -> None:
-            if pending.future.done():
-                return
-            now = time.monotonic()
-            progressed = control.progressed_at
-            due = now + seconds if progressed is None else progressed + seconds
-            if now < due:
-                pending.run_timer = loop.call_later(due - now, check)
-            else:
-                pending.future.set_exception(BatchTimeoutError("run", seconds))
-
-        pending.run_timer = loop.call_later(seconds, check)
+    def _check_run(self, pending: _Pending[T, R], control: BatchControl[R], seconds: float) -> None:
+        if pending.future.done():
+            return
+        now = time.monotonic()
+        progressed = control.progressed_at
+        due = now + seconds if progressed is None else progressed + seconds
+        if now < due:
+            pending.run_timer = asyncio.get_running_loop().call_later(
+                due - now, self._check_run, pending, control, seconds
+            )
+        else:
+            pending.future.set_exception(BatchTimeoutError("run", seconds))
 
     async def _collect(self, queue: asyncio.Queue[_Pending[T, R]]) -> list[_Pending[T, R]]:
         batch = [await queue.get()]
@@ -437,10 +446,19 @@ class MicroBatcher(Generic[T, R]):
         # as ``wait_for(queue.get())`` gets its item is lost (the item is returned instead), and
         # stop() would then wait for this task forever
         while not self._closed:
-            batch = await self._collect(queue)
-            live = [p for p in batch if not p.future.done()]
-            if live:
-                await self._handle(live)
+            await self._dispatch(await self._collect(queue))
+
+    async def _dispatch(self, batch: list[_Pending[T, R]]) -> None:
+        """Handle ``batch``'s live items; returns holding none of them (the collector keeps
+        no reference to a batch it has handled)."""
+        live = [p for p in batch if not p.future.done()]
+        if live:
+            await self._handle(live)
+
+
+def _resolve_ready(futures: Sequence[asyncio.Future[R]], ready: list[tuple[int, R]]) -> None:
+    for index, result in ready:
+        _resolve(futures[index], result)
 
 
 def _resolve(future: asyncio.Future[R], result: R) -> None:

@@ -417,6 +417,12 @@ class _Batch:
             except Exception:  # e.g. the loop is closing: the returned list still carries it
                 logger.warning("request %s: early delivery failed", req.request_id, exc_info=True)
 
+    def release_runs(self) -> None:
+        """Every slot's run is done with (its result taken): free it with the batch."""
+        for _, slots in self.groups.values():
+            for slot in slots:
+                slot.run.release()
+
     def final(self, i: int) -> DecisionOutcome:
         self.settle(i)
         outcome = self.finals[i]
@@ -465,8 +471,11 @@ def decide_many(
             batch.reasons[i] = None
         if batch.open_slots[i] == 0:
             batch.settle(i)
-    batch.run_groups(clock, fallback_reserve_s)
-    return [batch.final(i) for i in range(len(requests))]
+    try:
+        batch.run_groups(clock, fallback_reserve_s)
+        return [batch.final(i) for i in range(len(requests))]
+    finally:
+        batch.release_runs()
 
 
 def fallback_outcome(

@@ -25,6 +25,7 @@ order); ranking policies score the first view once and take the same path
 
 from __future__ import annotations
 
+import contextlib
 import math
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -1383,6 +1384,13 @@ class DecisionRun:
     def phase(self) -> Phase:
         return self._easy.phase
 
+    def release(self) -> None:
+        """Drop the run's resource model, which refers back to the run: without that cycle the
+        run is freed as soon as nobody refers to it, not by a later full garbage collection.
+        Nothing may be asked of the run afterwards (take its :meth:`result` first)."""
+        with contextlib.suppress(AttributeError):
+            del self._easy
+
     @property
     def done(self) -> bool:
         if self._easy.stopped:
@@ -1570,9 +1578,7 @@ def decide(
         while not run.done:
             run.apply(policy.pick(run.view()))
     result = run.result(policy.ref)
-    # the run and its resource model refer to each other: without that cycle its memory is
-    # freed on return instead of by a later full garbage collection
-    del run._easy
+    run.release()
     return result
 
 

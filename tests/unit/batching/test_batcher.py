@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import threading
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -399,3 +401,48 @@ async def test_a_batch_waiting_for_its_thread_is_still_queued(queue_bound: float
         busy.set()
         await batcher.stop()
         executor.shutdown()
+
+
+class _Item:
+    """An item a weak reference can watch."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def _early(items: Sequence[_Item], control: BatchControl[_Item]) -> list[_Item]:
+    answers = [_Item(item.value * 10) for item in items]
+    for i, answer in enumerate(answers):
+        control.deliver(i, answer)
+    return answers
+
+
+@pytest.mark.parametrize("executor", [False, True])
+async def test_an_answered_request_is_freed_without_a_garbage_collection(executor: bool) -> None:
+    """With both wait bounds armed and early answers, nothing the batcher keeps refers back to
+    a request once it is answered: its item and its answer are freed by reference counting,
+    not by a later (full) garbage collection."""
+    pool = ThreadPoolExecutor(1) if executor else None
+    batcher: MicroBatcher[_Item, _Item] = MicroBatcher(
+        _early, max_batch=8, max_wait_ms=5, executor=pool
+    )
+    batcher.start()
+    gc.collect()
+    gc.disable()
+    try:
+        items = [_Item(i) for i in range(6)]
+        watched = [weakref.ref(item) for item in items]
+        answers = await asyncio.gather(
+            *(batcher.submit(item, queue_timeout_s=5.0, run_timeout_s=5.0) for item in items)
+        )
+        assert [a.value for a in answers] == [i * 10 for i in range(6)]
+        answered = [weakref.ref(a) for a in answers]
+        del items, answers
+        await asyncio.sleep(0)  # the batch's task finishes its step
+        assert [w() for w in watched] == [None] * 6
+        assert [w() for w in answered] == [None] * 6
+    finally:
+        gc.enable()
+        await batcher.stop()
+        if pool is not None:
+            pool.shutdown()

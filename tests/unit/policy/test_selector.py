@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from app.domains.hpc.decision import DecisionConfig, decide
+from app.domains.hpc.decision import DecisionConfig, DecisionRun, decide
 from app.domains.hpc.heuristics import get_heuristic
 from app.domains.hpc.types import Backfill, ClusterState, Job, Node
 from app.outcomes import ABANDONED, DecisionRequest, FallbackReason
@@ -235,3 +236,27 @@ def test_a_stepping_request_abandoned_mid_way_stops_stepping(registry: PolicyReg
     assert delivered == [1]
     assert outs[1].decision is not None
     assert not outs[1].fallback_used
+
+
+def test_a_decided_batch_leaves_no_reference_cycles(registry: PolicyRegistry) -> None:
+    """Every run of a batch (primary and shadow slots) is freed by reference counting once
+    ``decide_many`` returns: nothing of it waits for a full garbage collection."""
+    requests = [
+        DecisionRequest("a", _state(8, seed=1), policy="hpc-a"),
+        DecisionRequest("b", _state(5, seed=2), policy="hpc-a", shadow="hpc-b"),
+        DecisionRequest("c", _state(3, seed=3), policy="sjf", shadow="hpc-a"),
+    ]
+    gc.collect()
+    gc.disable()
+    try:
+        outs = decide_many(requests, registry)
+        assert [o.fallback_used for o in outs] == [False] * 3
+        del outs
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        cyclic = [type(o).__name__ for o in gc.garbage if isinstance(o, DecisionRun | Job)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert cyclic == []
