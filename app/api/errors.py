@@ -62,6 +62,17 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+#: ``responses=`` of an operation whose success is not JSON (``response_class`` sets the media type
+#: of every ``model`` response): the same errors, documented as the JSON they are.
+JSON_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {
+        "description": entry["description"],
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}},
+    }
+    for code, entry in ERROR_RESPONSES.items()
+}
+
+
 #: ``responses=`` entry of the operations that decide: refused when the replica is at its limit
 OVERLOADED_RESPONSE: dict[int | str, dict[str, Any]] = {
     429: {

@@ -54,3 +54,14 @@ def test_the_checker_catches_an_undocumented_operation(openapi: Schema) -> None:
     assert not _has_example(openapi, {"schema": {"type": "object"}})
     ref = {"schema": {"$ref": "#/components/schemas/Bare"}}
     assert not _has_example({"components": {"schemas": {"Bare": {"type": "object"}}}}, ref)
+
+
+def test_every_error_response_is_documented_as_json(openapi: Schema) -> None:
+    """Errors are always the JSON error shape, also on operations whose success is text."""
+    wrong = [
+        (m, p, code, sorted(resp.get("content", {})))
+        for p, m, op in _operations(openapi)
+        for code, resp in op.get("responses", {}).items()
+        if code[0] in "45" and set(resp.get("content", {})) != {"application/json"}
+    ]
+    assert not wrong, wrong

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response, st
 from fastapi.responses import PlainTextResponse
 
 from app.api.deps import CtxDep, DatabaseDep, DecisionServiceDep, TenantDep
-from app.api.errors import ERROR_RESPONSES
+from app.api.errors import ERROR_RESPONSES, JSON_ERROR_RESPONSES
 from app.api.v1.params import ClusterId, Cursor, Limit
 from app.schemas.common import DEFAULT_PAGE_LIMIT, Page, example
 from app.schemas.tune import MAX_HISTORY_JOBS, TuneCreate, TunePromote, TunePromoteRead, TuneRead
@@ -49,7 +49,10 @@ TuneRunnerDep = Annotated[tune_service.TuneRunner, Depends(get_tune_runner)]
         "common task shape). In submit order, ties by job id; `since` keeps jobs submitted at "
         "or after it, `limit` the first that many. The input of `kairos tune --trace`."
     ),
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    responses={
+        **JSON_ERROR_RESPONSES,
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+    },
 )
 async def get_history(
     cluster_id: ClusterId,
