@@ -4,6 +4,14 @@
   ``decide()``), ``kairos`` semantics on 16 x 4 GPUs by default. Each episode is a workload of
   160 jobs generated with the Pollux generator's semantics from the Philly weeks 0-9
   (:mod:`app.domains.gpu.philly`), its jobs rigid with their consolidated run time.
+* **``--semantics pollux-compat``**: the episodes are the same generated rows on the fixed-step
+  cluster of :func:`app.domains.gpu.simulate.simulate_pollux` (60-s grid, measured throughput
+  tables); each of its decisions is ``decide()`` of a :class:`ScoredPolicy` whose scores are the
+  sampled (or the teacher's) order, so an episode is that policy's ``pollux-compat`` run. A
+  decision is recorded only where a pending row could start (as the env asks); the reward of a
+  60-s step, ``-(active jobs) x 60 / 3600``, goes to the last recorded decision. Validation is
+  under ``pollux-compat`` too, and the checkpoint kept is the best mean over the validation
+  workloads of the average JCT divided by the artifact's Tiresias's on the same workload.
 * **Policy**: a per-row kernel MLP (F -> 64 -> 32 -> 1, tanh) scores every candidate row; the
   value is an MLP over the masked mean and max of a second per-row MLP's embeddings.
 * **Action sampling**: Plackett-Luce: repeatedly one row from the softmax over the rows that
@@ -12,7 +20,9 @@
   admits exactly that prefix. Greedy at evaluation: ``decide()`` walks the raw logits. There is
   no learned "stop" (every round is work-conserving).
 * **Reward**: the env's ``-(jobs in the system) x dt / 3600 s`` (its sum is ``-sum JCT / 3600``).
-* **Warm start**: optional behaviour cloning of a heuristic's walk (``--bc-episodes``).
+* **Warm start**: optional behaviour cloning of a heuristic's walk (``--bc-episodes``); with
+  ``--bc-coef`` > 0 the teacher's log-likelihood on those steps stays in the PPO loss, which
+  keeps the policy near its teacher.
 * **Selection**: the checkpoint kept is the best mean JCT on validation workloads generated from
   weeks 10-11; weeks 12-15 and the 8 Pollux evaluation workloads are never read.
 * **Export**: :func:`build_onnx` writes the graph node by node (``obs float32[B, K, F]``,
@@ -29,8 +39,8 @@ import math
 import random
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +58,33 @@ from app.domains.gpu.encoding import (
     FEATURE_SCHEMA_VERSION,
     NUM_FEATURES,
     EncodingConstants,
+    encode,
 )
 from app.domains.gpu.env import GpuSchedulingEnv
-from app.domains.gpu.heuristics import get_heuristic
-from app.domains.gpu.learned import ScoredPolicy
+from app.domains.gpu.heuristics import GpuConfig, Placement, get_heuristic
+from app.domains.gpu.learned import Ranking, ScoredPolicy
 from app.domains.gpu.philly import TRAIN_WEEKS, VALIDATION_WEEKS, split_weeks
-from app.domains.gpu.simulate import Semantics, SimJob, event_config, simulate, simulate_events
-from sim.gpu_data import PHILLY_CSV, generated_workloads, load_philly
+from app.domains.gpu.pollux import Application
+from app.domains.gpu.simulate import (
+    COMPAT_ALIASES,
+    Semantics,
+    SimJob,
+    event_config,
+    simulate,
+    simulate_events,
+    simulate_pollux,
+)
+from app.domains.gpu.types import ClusterSnapshot
+from sim.gpu_data import PHILLY_CSV, generated_workloads, load_applications, load_philly
 
 MASKED_LOGIT = -1.0e9
 OPSET = 17
 #: validation workloads (weeks 10-11) compared with these heuristics
 VALIDATION_HEURISTICS = ("tiresias-2dlas", "las", "smallest-first", "fifo-skip", "drf", "srtf")
+#: under pollux-compat: the artifact's Tiresias (the bar of the selection metric) and SRSF
+COMPAT_VALIDATION_HEURISTICS = ("tiresias", *VALIDATION_HEURISTICS[:-1], "srsf")
+#: the pollux-compat step (s), as simulate_pollux runs it
+COMPAT_INTERVAL_S = 60
 
 
 @dataclass
@@ -69,7 +94,7 @@ class Args:
     philly: Path = PHILLY_CSV
     """the Philly job table"""
     semantics: str = "kairos"
-    """the env's event semantics: kairos or philly-rigid"""
+    """training and validation semantics: kairos, philly-rigid or pollux-compat"""
     nodes: int = 16
     gpus_per_node: int = 4
     jobs_per_workload: int = 160
@@ -97,6 +122,15 @@ class Args:
     bc_teacher: str = "smallest-first"
     bc_epochs: int = 4
     bc_learning_rate: float = 1e-3
+    bc_coef: float = 0.0
+    """weight of the teacher's log-likelihood (BC steps) kept in the PPO loss (0: none)"""
+    dagger_rounds: int = 0
+    """pollux-compat: rounds of DAgger after BC (the learner's greedy runs, labelled by the
+    teacher, added to the BC steps, then ``bc_epochs`` more epochs)"""
+    dagger_episodes: int = 16
+    """pollux-compat: learner episodes per DAgger round"""
+    episodes_per_update: int = 4
+    """pollux-compat: full episodes per PPO update (the event env uses num_envs x num_steps)"""
     val_every: int = 10
     """validate every this many PPO updates"""
     min_updates: int = 0
@@ -107,6 +141,8 @@ class Args:
     version: str = "1"
     use_estimates: bool = False
     """feed the estimate features (information-aware); default information-agnostic"""
+    las_threshold_gpu_s: float = 3250.0
+    """the attained GPU-seconds the ``las_queue`` feature marks (a card constant)"""
     threads: int = 1
     """torch intra-op threads"""
     run_dir: Path = Path("runs")
@@ -288,13 +324,17 @@ def order_to_scores(order: Sequence[int], window: int) -> npt.NDArray[np.float32
     return scores
 
 
-def teacher_order(info: dict[str, Any], mask: npt.NDArray[np.bool_], name: str) -> list[int]:
-    """The walk of heuristic ``name`` over the rows (ranked by its key, admitted if they fit)."""
+def teacher_order(
+    info: dict[str, Any], mask: npt.NDArray[np.bool_], name: str, config: GpuConfig | None = None
+) -> list[int]:
+    """The walk of heuristic ``name`` over the rows (ranked by its key under ``config``,
+    admitted if they fit)."""
     h = get_heuristic(name)
     jobs = info["jobs"]
+    cfg = CONFIG_LAS if config is None else config
     ranked = sorted(
         (k for k in range(len(jobs)) if mask[k]),
-        key=lambda k: h.sort_key(jobs[k], CONFIG_LAS),
+        key=lambda k: h.sort_key(jobs[k], cfg),
     )
     sizes, left, out = row_sizes(info), int(info["capacity"]), []
     for k in ranked:
@@ -305,6 +345,8 @@ def teacher_order(info: dict[str, Any], mask: npt.NDArray[np.bool_], name: str) 
 
 
 CONFIG_LAS = event_config(Semantics.KAIROS, 1, 1).decide_config
+#: the decide() knobs simulate_pollux gives a library heuristic (a key-mode teacher reads them)
+CONFIG_COMPAT = GpuConfig(placement=Placement.MOST_FREE, las_thresholds=(57600.0,))
 
 
 def sequence_logprob(
@@ -373,15 +415,229 @@ def validate(agent: Agent, args: Args, data: Data, constants: EncodingConstants)
     return [mean_jct(simulate_events(w, pol, cfg).jcts) for w in data.val]
 
 
-def heuristic_validation(args: Args, data: Data) -> dict[str, list[float]]:
+def validate_compat(
+    agent: Agent,
+    args: Args,
+    data: Data,
+    constants: EncodingConstants,
+    apps: Mapping[str, Application],
+) -> list[float]:
+    pol = ScoredPolicy(args.name, args.version, numpy_scorer(agent), constants, args.window)
+    return [
+        mean_jct(
+            simulate_pollux(w, apps, pol, nodes=args.nodes, gpus_per_node=args.gpus_per_node).jcts
+        )
+        for w in data.val
+    ]
+
+
+def heuristic_validation(
+    args: Args, data: Data, apps: Mapping[str, Application] | None = None
+) -> dict[str, list[float]]:
     sem = Semantics(args.semantics)
+    names = (
+        COMPAT_VALIDATION_HEURISTICS if sem is Semantics.POLLUX_COMPAT else VALIDATION_HEURISTICS
+    )
     return {
         h: [
-            mean_jct(simulate(w, h, sem, nodes=args.nodes, gpus_per_node=args.gpus_per_node).jcts)
+            mean_jct(
+                simulate(
+                    w, h, sem, nodes=args.nodes, gpus_per_node=args.gpus_per_node, apps=apps
+                ).jcts
+            )
             for w in data.val
         ]
-        for h in VALIDATION_HEURISTICS
+        for h in names
     }
+
+
+def selection_metric(val: Sequence[float], heur: Mapping[str, Sequence[float]]) -> float:
+    """What the checkpoint kept minimises: with the artifact's Tiresias among the heuristics
+    (pollux-compat), the mean of the per-workload ratios to its average JCT; otherwise the mean
+    average JCT."""
+    if "tiresias" in heur:
+        return float(np.mean(np.asarray(val) / np.asarray(heur["tiresias"])))
+    return float(np.mean(val))
+
+
+# -- pollux-compat episodes --------------------------------------------------------------------
+
+#: ``(obs, mask, info) -> (rows to admit in order, value estimate)``
+Chooser = Callable[
+    [npt.NDArray[np.float32], npt.NDArray[np.bool_], dict[str, Any]], tuple[list[int], float]
+]
+
+
+def _no_hook(state: ClusterSnapshot) -> None:
+    del state
+
+
+@dataclass(frozen=True, slots=True)
+class _HookedPolicy(ScoredPolicy):
+    """A :class:`ScoredPolicy` that shows each snapshot to ``hook`` before it ranks it."""
+
+    hook: Callable[[ClusterSnapshot], None] = field(default=_no_hook, compare=False)
+
+    def rank(self, state: ClusterSnapshot) -> Ranking:
+        self.hook(state)
+        return ScoredPolicy.rank(self, state)
+
+
+def snapshot_rows(
+    state: ClusterSnapshot, constants: EncodingConstants, window: int
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_], dict[str, Any]]:
+    """The rows of ``state`` padded to ``window`` and the env's ``info`` keys for them."""
+    enc = encode(state, constants, window)
+    k = len(enc.jobs)
+    obs = np.zeros((window, NUM_FEATURES), dtype=np.float32)
+    mask = np.zeros(window, dtype=np.bool_)
+    obs[:k], mask[:k] = enc.obs, enc.mask
+    held = np.zeros(window, dtype=np.int64)
+    demand = np.zeros(window, dtype=np.int64)
+    for i, j in enumerate(enc.jobs):
+        held[i], demand[i] = j.gpus, j.demand
+    pinned = sum(j.gpus for j in enc.overflow if j.running)
+    info = {
+        "held": held,
+        "demand": demand,
+        "capacity": state.total_gpus - pinned,
+        "rows": k,
+        "jobs": enc.jobs,
+    }
+    return obs, mask, info
+
+
+def run_compat_episode(
+    rows: Sequence[SimJob],
+    apps: Mapping[str, Application],
+    args: Args,
+    constants: EncodingConstants,
+    choose: Chooser,
+) -> tuple[list[Step], list[float]]:
+    """One ``pollux-compat`` run of ``rows`` whose orders come from ``choose``: the recorded
+    decisions (rewards summed over the steps to the next one, the last marked done) and every
+    job's JCT."""
+    steps: list[Step] = []
+    current = [np.zeros(args.window, dtype=np.float32)]
+
+    def hook(state: ClusterSnapshot) -> None:
+        obs, mask, info = snapshot_rows(state, constants, args.window)
+        if bool((mask & (info["held"] == 0)).any()):
+            seq, value = choose(obs, mask, info)
+            steps.append(Step(obs, mask, row_sizes(info), int(info["capacity"]), seq, 0.0, value))
+            current[0] = order_to_scores(seq, args.window)
+        else:  # every row running: any order keeps them all
+            current[0] = np.zeros(args.window, dtype=np.float32)
+        if steps:
+            steps[-1].reward -= len(state.jobs) * COMPAT_INTERVAL_S / 3600.0
+
+    def score(obs: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_]) -> Any:
+        del mask
+        return current[0][: len(obs)]
+
+    pol = _HookedPolicy("gpu-train", "0", score, constants, args.window, kind="env", hook=hook)
+    res = simulate_pollux(rows, apps, pol, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+    if steps:
+        steps[-1].done = True
+    return steps, list(res.jcts)
+
+
+def compat_teacher_steps(
+    data: Data,
+    apps: Mapping[str, Application],
+    args: Args,
+    constants: EncodingConstants,
+    rng: np.random.Generator,
+) -> list[Step]:
+    """The teacher's recorded decisions on ``bc_episodes`` training workloads."""
+
+    def choose(
+        obs: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], info: dict[str, Any]
+    ) -> tuple[list[int], float]:
+        del obs
+        return teacher_order(info, mask, args.bc_teacher, CONFIG_COMPAT), 0.0
+
+    steps: list[Step] = []
+    for _ in range(args.bc_episodes):
+        rows = data.train[int(rng.integers(len(data.train)))]
+        steps += run_compat_episode(rows, apps, args, constants, choose)[0]
+    return steps
+
+
+def greedy_order(
+    logits: npt.NDArray[np.float32],
+    mask: npt.NDArray[np.bool_],
+    sizes: npt.NDArray[np.int64],
+    capacity: int,
+) -> list[int]:
+    """``decide()``'s walk of ``logits``: highest first (ties by row, i.e. the canonical
+    pre-order), admitted if it fits the GPUs left."""
+    left, out = capacity, []
+    for k in sorted(np.flatnonzero(mask).tolist(), key=lambda k: (-float(logits[k]), k)):
+        if sizes[k] <= left:
+            out.append(int(k))
+            left -= int(sizes[k])
+    return out
+
+
+def dagger_steps(
+    agent: Agent,
+    data: Data,
+    apps: Mapping[str, Application],
+    args: Args,
+    constants: EncodingConstants,
+    rng: np.random.Generator,
+) -> list[Step]:
+    """The teacher's orders on the states of ``dagger_episodes`` greedy runs of ``agent``."""
+    labelled: list[Step] = []
+
+    def choose(
+        obs: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], info: dict[str, Any]
+    ) -> tuple[list[int], float]:
+        sizes, cap = row_sizes(info), int(info["capacity"])
+        seq = teacher_order(info, mask, args.bc_teacher, CONFIG_COMPAT)
+        labelled.append(Step(obs, mask, sizes, cap, seq, 0.0, 0.0))
+        with torch.no_grad():
+            o = torch.from_numpy(obs)[None]
+            logits = agent.logits(o, torch.from_numpy(mask)[None])[0].numpy()
+        return greedy_order(logits, mask, sizes, cap), 0.0
+
+    for _ in range(args.dagger_episodes):
+        rows = data.train[int(rng.integers(len(data.train)))]
+        run_compat_episode(rows, apps, args, constants, choose)
+    return labelled
+
+
+def compat_rollout(
+    agent: Agent,
+    data: Data,
+    apps: Mapping[str, Application],
+    args: Args,
+    constants: EncodingConstants,
+    rng: np.random.Generator,
+) -> tuple[list[list[Step]], list[float]]:
+    """``episodes_per_update`` sampled episodes (the decisions with their log-probs) and each
+    episode's average JCT."""
+
+    def choose(
+        obs: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], info: dict[str, Any]
+    ) -> tuple[list[int], float]:
+        o = torch.from_numpy(obs)[None]
+        m = torch.from_numpy(mask)[None]
+        with torch.no_grad():
+            logits = agent.logits(o, m)[0].numpy()
+            value = float(agent.value(o, m)[0])
+        return sample_order(logits, mask, row_sizes(info), int(info["capacity"]), rng), value
+
+    episodes: list[list[Step]] = []
+    finished: list[float] = []
+    for _ in range(args.episodes_per_update):
+        rows = data.train[int(rng.integers(len(data.train)))]
+        steps, jcts = run_compat_episode(rows, apps, args, constants, choose)
+        episodes.append(steps)
+        finished.append(mean_jct(jcts))
+    set_logp(agent, [s for steps in episodes for s in steps])
+    return episodes, finished
 
 
 # -- training ----------------------------------------------------------------------------------
@@ -432,8 +688,8 @@ class Envs:
         return float(r), bool(term or trunc)
 
 
-def behaviour_cloning(agent: Agent, opt: torch.optim.Optimizer, envs: Envs, args: Args) -> float:
-    """Imitate ``bc_teacher``'s walk on ``bc_episodes`` episodes (Plackett-Luce likelihood)."""
+def env_teacher_steps(envs: Envs, args: Args) -> list[Step]:
+    """The teacher's decisions on ``bc_episodes`` episodes of the event env."""
     steps: list[Step] = []
     episodes = 0
     while episodes < args.bc_episodes:
@@ -445,14 +701,26 @@ def behaviour_cloning(agent: Agent, opt: torch.optim.Optimizer, envs: Envs, args
             )
             _, done = envs.step(i, order_to_scores(seq, args.window))
             episodes += done
+    return steps
+
+
+def teacher_nll(agent: Agent, mb: Sequence[Step]) -> torch.Tensor:
+    """The mean negative log-likelihood per draw of the teacher's orders in ``mb``."""
+    obs, mask, sizes, cap, seqs = _stack(mb)
+    logp, _ = sequence_logprob(agent.logits(obs, mask), seqs, sizes, cap)
+    draws = (seqs >= 0).sum().clamp(min=1)
+    return -logp.sum() / draws
+
+
+def behaviour_cloning(
+    agent: Agent, opt: torch.optim.Optimizer, steps: list[Step], args: Args
+) -> float:
+    """Imitate the teacher's recorded walks ``steps`` (Plackett-Luce likelihood)."""
     loss_v = 0.0
     for _ in range(args.bc_epochs):
         random.shuffle(steps)
         for start in range(0, len(steps), 256):
-            mb = steps[start : start + 256]
-            obs, mask, sizes, cap, seqs = _stack(mb)
-            logp, _ = sequence_logprob(agent.logits(obs, mask), seqs, sizes, cap)
-            loss = -logp.mean()
+            loss = teacher_nll(agent, steps[start : start + 256])
             opt.zero_grad()
             loss.backward()  # type: ignore[no-untyped-call]
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
@@ -495,7 +763,12 @@ def rollout(agent: Agent, envs: Envs, args: Args) -> list[list[Step]]:
             )
             step.reward, step.done = envs.step(i, order_to_scores(seq, args.window))
             per_env[i].append(step)
-    flat = [s for steps in per_env for s in steps]
+    set_logp(agent, [s for steps in per_env for s in steps])
+    return per_env
+
+
+def set_logp(agent: Agent, flat: Sequence[Step]) -> None:
+    """Each step's log-prob of its sampled order under ``agent`` (batched)."""
     with torch.no_grad():
         for start in range(0, len(flat), 512):
             mb = flat[start : start + 512]
@@ -503,7 +776,6 @@ def rollout(agent: Agent, envs: Envs, args: Args) -> list[list[Step]]:
             lp, _ = sequence_logprob(agent.logits(obs_b, mask_b), seq_b, sizes_b, cap_b)
             for s, v in zip(mb, lp.tolist(), strict=True):
                 s.logp = float(v)
-    return per_env
 
 
 def advantages(
@@ -513,6 +785,14 @@ def advantages(
     mask = torch.from_numpy(np.stack([o["mask"] for o in envs.obs]))
     with torch.no_grad():
         last = agent.value(obs, mask).numpy()
+    return gae_all(per_env, [float(v) for v in last], args)
+
+
+def gae_all(
+    per_env: list[list[Step]], last: Sequence[float], args: Args
+) -> tuple[list[Step], npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """GAE over each list of steps, ``last[i]`` the value after list ``i`` (unused past a done
+    step)."""
     flat: list[Step] = []
     adv: list[float] = []
     ret: list[float] = []
@@ -539,6 +819,7 @@ def ppo_update(
     ret: npt.NDArray[np.float32],
     args: Args,
     rng: np.random.Generator,
+    teacher: Sequence[Step] = (),
 ) -> dict[str, float]:
     n = len(flat)
     mb_size = max(1, n // args.num_minibatches)
@@ -552,11 +833,17 @@ def ppo_update(
             logp, ent = sequence_logprob(agent.logits(obs, mask), seq, sizes, cap)
             ratio = (logp - torch.from_numpy(old_logp[idx])).exp()
             a = torch.from_numpy(adv[idx])
-            a = (a - a.mean()) / (a.std() + 1e-8)
+            # a remainder minibatch of one row has no spread to normalise by
+            a = (a - a.mean()) / (a.std() + 1e-8) if len(idx) > 1 else a - a.mean()
             pg = torch.max(-a * ratio, -a * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef))
             v = agent.value(obs, mask)
             v_loss = 0.5 * ((v - torch.from_numpy(ret[idx])) ** 2).mean()
             loss = pg.mean() - args.ent_coef * ent.mean() + args.vf_coef * v_loss
+            bc = torch.zeros(())
+            if args.bc_coef > 0 and teacher:
+                pick = rng.integers(len(teacher), size=min(len(idx), len(teacher)))
+                bc = teacher_nll(agent, [teacher[int(i)] for i in pick])
+                loss = loss + args.bc_coef * bc
             opt.zero_grad()
             loss.backward()  # type: ignore[no-untyped-call]
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
@@ -566,6 +853,7 @@ def ppo_update(
                 "v_loss": float(v_loss.detach()),
                 "entropy": float(ent.mean().detach()),
                 "approx_kl": float(((ratio - 1) - ratio.log()).mean().detach()),
+                "teacher_nll": float(bc.detach()),
             }
     return stats
 
@@ -580,11 +868,24 @@ def validation_block(val: Sequence[float], heur: dict[str, list[float]]) -> dict
     """The card's validation result: the policy against the information-agnostic heuristics
     (the best of them is the bar) and the oracle ones (reported)."""
     means = {h: float(np.mean(v)) for h, v in heur.items()}
-    agnostic = [h for h in means if not get_heuristic(h).needs_estimate]
+    agnostic = [h for h in means if h in COMPAT_ALIASES or not get_heuristic(h).needs_estimate]
     best = min(agnostic, key=lambda h: means[h])
     m = float(np.mean(val))
+    extra: dict[str, Any] = {}
+    if "tiresias" in heur:
+        t = heur["tiresias"]
+        extra = {
+            "selection": "mean over the validation workloads of the average JCT / the "
+            "artifact's Tiresias's (the checkpoint kept minimises it)",
+            "policy_ratio_to_tiresias": selection_metric(val, heur),
+            "policy_wins_vs_tiresias": sum(a < b for a, b in zip(val, t, strict=True)),
+            "heuristics_wins_vs_tiresias": {
+                h: sum(a < b for a, b in zip(v, t, strict=True)) for h, v in heur.items()
+            },
+        }
     return {
         "metric": "mean over the validation workloads of the average JCT (s), greedy",
+        **extra,
         "policy_avg_jct_s": m,
         "policy_per_workload": list(val),
         "heuristics_avg_jct_s": means,
@@ -623,9 +924,16 @@ def make_card(
         },
         "training": {
             "algorithm": "PPO with Plackett-Luce admission orders over the rows that fit "
-            "(training/gpu_ppo.py) on app/domains/gpu/env.py, "
-            f"{args.semantics} semantics, {args.nodes} x {args.gpus_per_node} GPUs; "
-            f"behaviour-cloning warm start on {args.bc_teacher} ({args.bc_episodes} episodes)",
+            "(training/gpu_ppo.py) on "
+            + (
+                "the fixed-step cluster of app/domains/gpu/simulate.py simulate_pollux, "
+                if args.semantics == Semantics.POLLUX_COMPAT
+                else "app/domains/gpu/env.py, "
+            )
+            + f"{args.semantics} semantics, {args.nodes} x {args.gpus_per_node} GPUs; "
+            f"behaviour-cloning warm start on {args.bc_teacher} ({args.bc_episodes} episodes)"
+            + (f", {args.dagger_rounds} DAgger rounds" if args.dagger_rounds else "")
+            + (f", teacher log-likelihood kept at weight {args.bc_coef}" if args.bc_coef else ""),
             "command": meta["command"],
             "hyperparameters": params,
             "data": {
@@ -657,10 +965,14 @@ def train(args: Args, command: str = "") -> Path:
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    constants = EncodingConstants(use_estimates=args.use_estimates)
+    constants = EncodingConstants(
+        use_estimates=args.use_estimates, las_threshold_gpu_s=args.las_threshold_gpu_s
+    )
     t0 = time.monotonic()
     data = load_data(args)
-    heur = heuristic_validation(args, data)
+    compat = Semantics(args.semantics) is Semantics.POLLUX_COMPAT
+    apps = load_applications() if compat else None
+    heur = heuristic_validation(args, data, apps)
     print(
         f"data {time.monotonic() - t0:.1f}s; validation heuristics:",
         {h: round(float(np.mean(v)), 1) for h, v in heur.items()},
@@ -668,35 +980,68 @@ def train(args: Args, command: str = "") -> Path:
     )
     agent = Agent()
     opt = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
-    envs = Envs(args, data, constants)
+    rng = np.random.default_rng(args.seed)
+    envs = None if compat else Envs(args, data, constants)
+    finished = envs.finished if envs is not None else []
+
+    def run_validation() -> list[float]:
+        if apps is not None:
+            return validate_compat(agent, args, data, constants, apps)
+        return validate(agent, args, data, constants)
+
     budget_s = args.total_minutes * 60.0
     start = time.monotonic()
+    teacher: list[Step] = []
     if args.bc_episodes:
+        teacher = (
+            compat_teacher_steps(data, apps, args, constants, rng)
+            if apps is not None
+            else env_teacher_steps(envs, args)  # type: ignore[arg-type]
+        )
         bc_opt = torch.optim.Adam(agent.parameters(), lr=args.bc_learning_rate, eps=1e-5)
-        loss = behaviour_cloning(agent, bc_opt, envs, args)
-        print(f"bc loss {loss:.3f} ({time.monotonic() - start:.0f}s)", flush=True)
-    best_val = validate(agent, args, data, constants)
+        loss = behaviour_cloning(agent, bc_opt, teacher, args)
+        print(
+            f"bc loss {loss:.3f} on {len(teacher)} steps ({time.monotonic() - start:.0f}s)",
+            flush=True,
+        )
+        for r in range(args.dagger_rounds if apps is not None else 0):
+            teacher += dagger_steps(agent, data, apps, args, constants, rng)  # type: ignore[arg-type]
+            loss = behaviour_cloning(agent, bc_opt, teacher, args)
+            print(
+                f"dagger {r + 1} loss {loss:.3f} on {len(teacher)} steps "
+                f"({time.monotonic() - start:.0f}s)",
+                flush=True,
+            )
+    best_val = run_validation()
     best = (
-        float(np.mean(best_val)),
+        selection_metric(best_val, heur),
         0,
         best_val,
         {k: v.clone() for k, v in agent.state_dict().items()},
     )
-    print(f"update 0 val {best[0]:.1f}", flush=True)
+    print(f"update 0 val {np.mean(best_val):.1f} select {best[0]:.4f}", flush=True)
     update, env_steps = 0, 0
     while update < args.min_updates or time.monotonic() - start < budget_s:
         update += 1
-        per_env = rollout(agent, envs, args)
-        env_steps += sum(len(s) for s in per_env)
-        flat, adv, ret = advantages(agent, envs, per_env, args)
-        stats = ppo_update(agent, opt, flat, adv, ret, args, envs.rng)
+        if envs is not None:
+            per_env = rollout(agent, envs, args)
+            flat, adv, ret = advantages(agent, envs, per_env, args)
+            step_rng = envs.rng
+        else:
+            per_env, jcts = compat_rollout(agent, data, apps, args, constants, rng)  # type: ignore[arg-type]
+            finished.extend(jcts)
+            flat, adv, ret = gae_all(per_env, [0.0] * len(per_env), args)
+            step_rng = rng
+        env_steps += len(flat)
+        stats = ppo_update(agent, opt, flat, adv, ret, args, step_rng, teacher)
         if update % args.val_every == 0:
-            val = validate(agent, args, data, constants)
-            m = float(np.mean(val))
-            recent = float(np.mean(envs.finished[-16:])) if envs.finished else math.nan
+            val = run_validation()
+            m = selection_metric(val, heur)
+            recent = float(np.mean(finished[-16:])) if finished else math.nan
             print(
                 f"update {update} steps {env_steps} train_jct {recent:.1f} "
-                f"val {m:.1f} best {best[0]:.1f} {stats} ({time.monotonic() - start:.0f}s)",
+                f"val {np.mean(val):.1f} select {m:.4f} best {best[0]:.4f} {stats} "
+                f"({time.monotonic() - start:.0f}s)",
                 flush=True,
             )
             if m < best[0]:
@@ -715,7 +1060,7 @@ def train(args: Args, command: str = "") -> Path:
     write_model(agent, args.out, card)
     args.run_dir.mkdir(parents=True, exist_ok=True)
     torch.save(agent.state_dict(), args.run_dir / f"{args.name}-s{args.seed}.pt")
-    print(f"wrote {args.out} (best update {best[1]}, val {best[0]:.1f})", flush=True)
+    print(f"wrote {args.out} (best update {best[1]}, select {best[0]:.4f})", flush=True)
     return args.out
 
 

@@ -49,3 +49,44 @@ def test_two_updates_export_a_model_the_service_loads(tmp_path: Path) -> None:
     assert float(np.mean(res.jcts)) == pytest.approx(
         card["training"]["validation"]["policy_avg_jct_s"], rel=1e-6
     )
+
+
+@pytest.mark.slow
+def test_pollux_compat_training_validates_what_the_exported_model_runs(tmp_path: Path) -> None:
+    from app.domains.gpu.simulate import simulate_pollux
+    from sim.gpu_data import load_applications
+
+    args = Args(
+        seed=4,
+        semantics="pollux-compat",
+        train_workloads=2,
+        val_workloads=1,
+        jobs_per_workload=24,
+        num_minibatches=2,
+        update_epochs=1,
+        total_minutes=0.0,
+        min_updates=1,
+        val_every=1,
+        bc_episodes=1,
+        bc_epochs=1,
+        bc_coef=0.5,
+        dagger_rounds=1,
+        dagger_episodes=1,
+        episodes_per_update=1,
+        las_threshold_gpu_s=57600.0,
+        out=tmp_path / "gpu-smoke" / "1",
+        run_dir=tmp_path / "runs",
+        name="gpu-smoke",
+    )
+    out = train(args, "smoke")
+    card = json.loads((out / "card.json").read_text())
+    v = card["training"]["validation"]
+    assert card["encoding"]["las_threshold_gpu_s"] == 57600.0
+    assert "tiresias" in v["heuristics_avg_jct_s"]
+    assert "srsf" in v["oracle_heuristics"]
+    pol = load_gpu_policy(out)
+    (val,) = load_data(args).val
+    res = simulate_pollux(val, load_applications(), pol)
+    assert float(np.mean(res.jcts)) == pytest.approx(v["policy_avg_jct_s"], rel=1e-6)
+    ratio = v["policy_avg_jct_s"] / v["heuristics_avg_jct_s"]["tiresias"]
+    assert v["policy_ratio_to_tiresias"] == pytest.approx(ratio)
