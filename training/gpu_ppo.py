@@ -896,6 +896,18 @@ def validation_block(val: Sequence[float], heur: dict[str, list[float]]) -> dict
     }
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def repo_relative(path: Path) -> str:
+    """``path`` relative to the repository root when it lies inside it (cards name no
+    machine's checkout)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def make_card(
     args: Args,
     data: Data,
@@ -904,7 +916,7 @@ def make_card(
     heur: dict[str, list[float]],
     meta: dict[str, Any],
 ) -> dict[str, Any]:
-    params = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(args).items()}
+    params = {k: repo_relative(v) if isinstance(v, Path) else v for k, v in asdict(args).items()}
     return {
         "name": args.name,
         "version": args.version,
