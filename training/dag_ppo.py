@@ -72,6 +72,7 @@ from app.domains.dag.simulate import Semantics, SimConfig, run_episode
 from app.domains.dag.tpch import TpchLibrary
 from sim.dag_data import DEFAULT_DECIMA, DEFAULT_TPCH, load_tpch
 from training.dag_export import DEFAULT_K, OPSET, build_onnx
+from training.paths import repo_relative
 
 __all__ = ["DecimaNet", "Sample", "main", "rollout", "train"]
 
@@ -630,7 +631,8 @@ def write_model(result: dict[str, Any], args: argparse.Namespace, argv: list[str
             if args.from_scratch
             else "spark-sched-sim's shipped Decima weights (models/decima/model.pt, MIT; "
             "data/dag/spark_sched_sim_decima.npz)",
-            "command": "python -m training.dag_ppo " + " ".join(argv),
+            "command": "python -m training.dag_ppo "
+            + " ".join(repo_relative(Path(a)) if "/" in a else a for a in argv),
             "environment": {
                 "semantics": args.semantics,
                 "executors": args.executors,
@@ -640,7 +642,7 @@ def write_model(result: dict[str, Any], args: argparse.Namespace, argv: list[str
                 "workload": "Decima's TPC-H DAGs (data/dag/tpch_decima_dags.json.gz)",
             },
             "hyperparameters": {
-                k: (str(v) if isinstance(v, Path) else v)
+                k: (repo_relative(v) if isinstance(v, Path) else v)
                 for k, v in vars(args).items()
                 if k not in ("out",)
             },

@@ -165,6 +165,7 @@ def test_a_short_run_writes_a_loadable_model(tmp_path: Path) -> None:
     card = json.loads((out / "card.json").read_text())
     assert card["training"]["iterations_run"] == 1
     assert card["seeds"]["training_sequences"] == [1000, 1000]
+    assert card["training"]["hyperparameters"]["init"] == "data/dag/spark_sched_sim_decima.npz"
     model = read_dag_model(out)
     assert model.mode == "sample"
     assert model.name == "dag-test"
