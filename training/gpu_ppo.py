@@ -76,6 +76,7 @@ from app.domains.gpu.simulate import (
 )
 from app.domains.gpu.types import ClusterSnapshot
 from sim.gpu_data import PHILLY_CSV, generated_workloads, load_applications, load_philly
+from training.paths import repo_relative
 
 MASKED_LOGIT = -1.0e9
 OPSET = 17
@@ -894,18 +895,6 @@ def validation_block(val: Sequence[float], heur: dict[str, list[float]]) -> dict
         "best_heuristic": best,
         "ratio_to_best_heuristic": m / means[best],
     }
-
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def repo_relative(path: Path) -> str:
-    """``path`` relative to the repository root when it lies inside it (cards name no
-    machine's checkout)."""
-    try:
-        return str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
 
 
 def make_card(
