@@ -23,45 +23,37 @@ class NodeParam(TypedDict, total=False):
     state: Literal["up", "down", "drain"]
 
 
-class JobCreateParam(TypedDict, total=False):
-    """A job to submit (``JobCreate`` in the API)."""
+class _JobFields(TypedDict, total=False):
+    """The fields a submitted job and a job of an hpc ``decide`` snapshot share."""
 
     id: Required[str]
     per_task: Required[Mapping[str, float]]
+    tasks: int
+    submit_time: float
+    priority: int
+    user: str
+    queue: str
+    depends_on: Sequence[str]
+    labels: Mapping[str, str]
+    min_tasks: int
+    """gpu clusters, elastic jobs: the fewest tasks (GPUs) it runs with (default ``tasks``)."""
+    max_tasks: int
+    """gpu clusters, elastic jobs: the most tasks (GPUs) it may be given."""
+
+
+class JobCreateParam(_JobFields, total=False):
+    """A job to submit (``JobCreate`` in the API)."""
+
     walltime_s: float
     """The requested (estimated) run time: required on hpc clusters, optional on gpu clusters
     (the job's estimate, read only by the estimate-aware policies)."""
-    tasks: int
-    submit_time: float
-    priority: int
-    user: str
-    queue: str
-    depends_on: Sequence[str]
-    labels: Mapping[str, str]
-    min_tasks: int
-    """gpu clusters, elastic jobs: the fewest tasks (GPUs) it runs with (default ``tasks``)."""
-    max_tasks: int
-    """gpu clusters, elastic jobs: the most tasks (GPUs) it may be given."""
 
 
-class JobSpecParam(TypedDict, total=False):
+class JobSpecParam(_JobFields, total=False):
     """A job of an hpc ``decide`` snapshot (``JobSpec`` in the API): ``walltime_s`` is required.
     ``jobs.submit_many`` takes it too."""
 
-    id: Required[str]
-    per_task: Required[Mapping[str, float]]
     walltime_s: Required[float]
-    tasks: int
-    submit_time: float
-    priority: int
-    user: str
-    queue: str
-    depends_on: Sequence[str]
-    labels: Mapping[str, str]
-    min_tasks: int
-    """gpu clusters, elastic jobs: the fewest tasks (GPUs) it runs with (default ``tasks``)."""
-    max_tasks: int
-    """gpu clusters, elastic jobs: the most tasks (GPUs) it may be given."""
 
 
 class SnapshotNodeParam(TypedDict, total=False):
