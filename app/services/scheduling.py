@@ -387,13 +387,20 @@ def state_from_request(body: DecideRequest) -> ClusterState:
     return ClusterState(
         now=now,
         nodes=tuple(
-            Node(n.id, n.capacity, n.allocated, _NODE_STATES[n.state], n.labels) for n in body.nodes
+            Node(
+                id=n.id,
+                capacity=n.capacity,
+                allocated=n.allocated,
+                state=NodeState(n.state),
+                labels=n.labels,
+            )
+            for n in body.nodes
         ),
         running=tuple(
             RunningJob(
-                _job(r.job, r.start_time),
-                tuple(Placement(p.node_id, p.tasks) for p in r.placements),
-                r.start_time,
+                job=_job(r.job, r.start_time),
+                placements=tuple(Placement(p.node_id, p.tasks) for p in r.placements),
+                start_time=r.start_time,
             )
             for r in body.running
         ),
@@ -402,27 +409,19 @@ def state_from_request(body: DecideRequest) -> ClusterState:
     )
 
 
-#: every name ``NodeStateName`` admits -> the domain's member
-_NODE_STATES: Mapping[str, NodeState] = {s.value: s for s in NodeState}
-
-
 def _job(spec: JobSpec, default_submit: float) -> Job:
-    """``job_from_spec`` straight from the validated model (no ``model_dump`` per job); the
-    arguments are ``Job``'s fields in their declared order (a test pins the result to
-    ``job_from_spec``'s)."""
-    submit = spec.submit_time
-    depends_on = spec.depends_on
+    """``job_from_spec`` straight from the validated model (no ``model_dump`` per job)."""
     return Job(
-        spec.id,
-        spec.per_task,
-        spec.walltime_s,
-        default_submit if submit is None else submit,
-        spec.tasks,
-        spec.priority,
-        spec.user,
-        spec.queue,
-        tuple(depends_on) if depends_on else (),
-        spec.labels,
+        id=spec.id,
+        per_task=spec.per_task,
+        walltime_s=spec.walltime_s,
+        submit_time=default_submit if spec.submit_time is None else spec.submit_time,
+        tasks=spec.tasks,
+        priority=spec.priority,
+        user=spec.user,
+        queue=spec.queue,
+        depends_on=tuple(spec.depends_on),
+        labels=spec.labels,
     )
 
 
