@@ -84,6 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         database = Database(engine)
         writer = DecisionWriter(database, sqlite_busy_timeout_s=settings.SQLITE_BUSY_TIMEOUT_S)
+        metrics.track_decision_writer(writer)
         pipeline = pipeline_from_settings(settings, on_batch=metrics.observe_batch)
         metrics.track_queue_depth(pipeline.queue_depth)
         decisions = DecisionService(

@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
@@ -29,6 +29,9 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from app.background import running
 from app.outcomes import DecisionOutcome
 from app.services.decision import DecisionGate
+
+if TYPE_CHECKING:  # the database layer is not loaded by importers of the logging helpers
+    from app.db.decision_writer import DecisionWriter
 
 #: prometheus_client's own switch: set, every metric value lives in a file of this directory
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -67,6 +70,8 @@ def prune_dead_gauges(shared_dir: str) -> None:
 
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: buckets of requests per inference batch and of rows per decision-log commit
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class Metrics:
@@ -115,7 +120,7 @@ class Metrics:
         self.batch_size = Histogram(
             "kairos_batch_size",
             "Requests decided together in one batch (in-process or by a worker).",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            buckets=BATCH_BUCKETS,
             registry=self.registry,
         )
         self.queue_depth = Gauge(
@@ -141,6 +146,24 @@ class Metrics:
         )
         self.admission_refused.labels("limit")
 
+        # decision log group commit (ADR 0023): rows stored / commits = decisions per commit
+        self.decision_commits = Counter(
+            "kairos_decision_commits",
+            "Committed transactions of the decision log writer that stored at least one row.",
+            registry=self.registry,
+        )
+        self.decision_rows_stored = Counter(
+            "kairos_decision_rows_stored",
+            "Decision rows stored by the decision log writer (duplicates not counted).",
+            registry=self.registry,
+        )
+        self.decision_rows_per_commit = Histogram(
+            "kairos_decision_rows_per_commit",
+            "Decision rows stored by one commit of the decision log writer.",
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
+
     def observe_batch(self, size: int) -> None:
         self.batch_size.observe(size)
 
@@ -158,6 +181,15 @@ class Metrics:
         """In-flight count and refusals of the decision gate (ADR 0024)."""
         self._sample(self.decisions_in_flight, lambda: gate.in_flight)
         gate.on_refused = lambda reason: self.admission_refused.labels(reason).inc()
+
+    def track_decision_writer(self, writer: DecisionWriter) -> None:
+        """Commits and rows of the decision log's group commit (ADR 0023)."""
+        writer.on_commit = self.observe_commit
+
+    def observe_commit(self, rows: int) -> None:
+        self.decision_commits.inc()
+        self.decision_rows_stored.inc(rows)
+        self.decision_rows_per_commit.observe(rows)
 
     def sync(self) -> None:
         """Write this process's sampled gauges where every process's scrape reads them."""

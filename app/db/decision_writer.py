@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
@@ -193,6 +193,9 @@ class DecisionWriter:
         #: (``rows / transactions``: how many decisions shared a commit)
         self.transactions = 0
         self.rows = 0
+        #: called with the rows of each transaction counted in ``transactions`` once it
+        #: committed (the metrics' counters); what it raises is logged, never a request's error
+        self.on_commit: Callable[[int], None] | None = None
 
     def start(self) -> None:
         if self._task is not None:
@@ -279,9 +282,15 @@ class DecisionWriter:
             _settle(pending, None)
 
     def _committed(self, rows: int) -> None:
-        if rows:
-            self.transactions += 1
-            self.rows += rows
+        if not rows:
+            return
+        self.transactions += 1
+        self.rows += rows
+        if self.on_commit is not None:
+            try:
+                self.on_commit(rows)
+            except Exception:  # the batch's requests are settled after this: never skip them
+                logger.exception("decision writer on_commit hook failed")
 
     async def _write_sqlite(self, sink: _SqliteSink, batch: Sequence[_Pending]) -> None:
         try:

@@ -12,6 +12,7 @@ import uuid
 import httpx
 import pytest
 from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
 from app.db import decision_writer
@@ -221,3 +222,60 @@ async def test_concurrent_keyed_decisions_are_stored_once_and_replayed(
         assert retry.json() == answer
     assert writer.rows == stored
     assert await _count(app, request_ids) == len(keys)
+
+
+def _unlabelled(text: str) -> dict[str, float]:
+    """The samples of a ``/metrics`` text that carry no label (counters, histogram sums)."""
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.labels
+    }
+
+
+async def test_metrics_show_the_writers_commits_and_rows(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """``/metrics`` exports the group commit's counters as the writer counts them: a duplicate
+    (409) is no stored row, and batch-mates that shared a commit count one commit."""
+    writer: DecisionWriter = app.state.decision_writer
+    ids = [f"req-{uuid.uuid4().hex}" for _ in range(30)]
+    calls = [*ids, ids[0]]
+    responses = await asyncio.gather(
+        *(
+            client.post("/v1/decide", json=DECIDE_EXAMPLE, headers={"X-Request-ID": i})
+            for i in calls
+        )
+    )
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] * len(ids) + [409], statuses
+    assert all(r.json()["stored"] for r in responses if r.status_code == 200)
+    samples = _unlabelled((await client.get("/metrics")).text)
+    commits = samples["kairos_decision_commits_total"]
+    rows = samples["kairos_decision_rows_stored_total"]
+    assert (commits, rows) == (writer.transactions, writer.rows)
+    assert rows == len(ids)  # this app stored nothing else
+    assert 1 <= commits <= rows
+    assert samples["kairos_decision_rows_per_commit_count"] == commits
+    assert samples["kairos_decision_rows_per_commit_sum"] == rows
+
+
+async def test_a_failing_commit_hook_fails_no_request(
+    app: FastAPI, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The hook runs after the commit, before the batch is answered: what it raises is logged
+    and every record of the batch is still answered as stored, and counted."""
+    writer: DecisionWriter = app.state.decision_writer
+
+    def broken(rows: int) -> None:
+        raise RuntimeError(f"hook saw {rows} rows")
+
+    writer.on_commit = broken
+    transactions, rows = writer.transactions, writer.rows
+    records = [_record(f"req-{uuid.uuid4().hex}") for _ in range(3)]
+    await asyncio.wait_for(asyncio.gather(*(writer.add(r) for r in records)), 10.0)
+    assert await _count(app, [r.request_id for r in records]) == len(records)
+    assert (writer.transactions - transactions, writer.rows - rows) == (1, len(records))
+    assert "on_commit hook failed" in caplog.text
+    assert "hook saw 3 rows" in caplog.text
