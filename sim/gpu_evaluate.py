@@ -198,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--policies",
         required=True,
         help=f"comma-separated: {','.join(heuristic_names())}; under pollux-compat also the "
-        "artifact's own tiresias and optimus; a learned GPU policy's name (gpu-v1) or model "
+        "artifact's own tiresias and optimus and the elastic goodput; a learned GPU policy's "
+        "name (gpu-v1) or model "
         "directory",
     )
     p.add_argument("--seed", type=int, default=0, help="accepted for symmetry; runs are seedless")

@@ -14,20 +14,26 @@ Invariants of the step (each needed for the exact per-job JCTs of the artifact):
   seconds (round half to even); completion is the clock at the crossing past the completion
   epoch.
 
+``goodput`` (:class:`GoodputCompat`) is Kairos's elastic policy of this semantics: adaptive
+jobs (the batch of :meth:`~app.domains.gpu.pollux.Application.best_batch` at every placement and
+epoch) and GPUs shared out by marginal gain of Pollux's fairness objective.
+
 Besides the artifact's two policies, any heuristic of :mod:`app.domains.gpu.heuristics` runs
 here through :func:`app.domains.gpu.decide.decide` on a snapshot of the step (section 3.6).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from app.domains.gpu.pollux import Application, batch_split
+from app.domains.gpu.pollux import Application, batch_split, consolidated_shape
 
 __all__ = [
     "CompatJob",
     "CompatPolicy",
+    "GoodputCompat",
     "OptimusCompat",
     "PolluxCluster",
     "TiresiasCompat",
@@ -68,7 +74,9 @@ def placement_of(alloc: Sequence[int]) -> tuple[int, ...]:
 
 @dataclass(slots=True)
 class CompatJob:
-    """One job of the Pollux job model (TunedJobs: fixed global batch size)."""
+    """One job of the Pollux job model: TunedJobs (a fixed global batch size) or, when
+    ``adaptive``, the batch that maximises goodput on its placement at its epoch (Pollux's
+    jobs; ``batch_size`` and ``replicas`` are then the workload's and unused)."""
 
     name: str
     app: Application
@@ -89,9 +97,16 @@ class CompatJob:
     executed_s: int = 0
     starts: int = 0
     preemptions: int = 0
+    adaptive: bool = False
 
     def update_local_bsz(self) -> None:
         shape = tuple(g for g in self.placement if g)
+        if self.adaptive:
+            choice = self.app.best_batch(shape, self.epoch)
+            if choice is None:
+                raise ValueError(f"{self.name}: no feasible batch on {shape}")
+            self.atomic_bsz, self.accum_steps = choice.atomic_bsz, choice.accum_steps
+            return
         r = sum(shape)
         force = self.batch_size > self.app.init_batch_size
         self.atomic_bsz, self.accum_steps = batch_split(
@@ -301,6 +316,94 @@ class OptimusCompat(CompatPolicy):
         return replicas
 
 
+class GoodputCompat(CompatPolicy):
+    """Goodput-driven elastic allocation for adaptive jobs (Pollux's objective, greedily).
+
+    Each step: one GPU to each job in least-attained-service order (ties: arrival, name) while
+    GPUs last; then one GPU at a time to the job whose next GPU most raises the power mean
+    ``p = -1`` of the speedups, i.e. the largest ``1/S(g) - 1/S(g + 1)`` (ties: arrival, name),
+    where ``S(g)`` is the job's best goodput at the consolidated shape of ``g`` GPUs over its
+    best goodput on one GPU, at its current epoch; a job grows while that is positive, up to
+    ``max batch // min local`` replicas (ncf: 1, everyone: the cluster).  Allocations whose size
+    is unchanged are kept; the others are placed largest first, most-free node first.
+    Requires adaptive jobs (:func:`make_jobs` with ``adaptive=True``)."""
+
+    def __init__(self, gpus_per_node: int = 4) -> None:
+        self.gpus_per_node = gpus_per_node
+
+    def speedup(self, job: CompatJob, gpus: int) -> float:
+        """``S(gpus)`` of the class docstring (0 for no GPU or an infeasible shape)."""
+        if gpus <= 0:
+            return 0.0
+        one = job.app.best_batch((1,), job.epoch)
+        many = job.app.best_batch(consolidated_shape(gpus, self.gpus_per_node), job.epoch)
+        if one is None or many is None:
+            return 0.0
+        return many.goodput / one.goodput
+
+    @staticmethod
+    def max_replicas(job: CompatJob, num_gpus: int) -> int:
+        if job.app.name == "ncf":
+            return 1
+        return max(1, min(num_gpus, job.app.max_batch_size // job.app.min_local_bsz))
+
+    def sizes(self, jobs: Sequence[CompatJob], num_gpus: int) -> dict[str, int]:
+        """GPUs per job (0: waits this step)."""
+        order = sorted(jobs, key=lambda j: (j.attained_service, j.arrival, j.name))
+        size = {j.name: 0 for j in jobs}
+        left = num_gpus
+        for j in order[:num_gpus]:
+            size[j.name] = 1
+            left -= 1
+        by_name = {j.name: j for j in jobs}
+
+        def gain(j: CompatJob, g: int) -> float:
+            if g + 1 > self.max_replicas(j, num_gpus):
+                return 0.0
+            now, more = self.speedup(j, g), self.speedup(j, g + 1)
+            if now <= 0.0 or more <= now:
+                return 0.0
+            return 1.0 / now - 1.0 / more
+
+        heap: list[tuple[float, int, str]] = []
+        for j in order[:num_gpus]:
+            g = gain(j, 1)
+            if g > 0.0:
+                heap.append((-g, j.arrival, j.name))
+        heapq.heapify(heap)
+        while left > 0 and heap:
+            _, arrival, k = heapq.heappop(heap)
+            size[k] += 1
+            left -= 1
+            g = gain(by_name[k], size[k])
+            if g > 0.0:
+                heapq.heappush(heap, (-g, arrival, k))
+        return size
+
+    def optimize(
+        self,
+        now: int,  # noqa: ARG002 - the interface's; the state is in the jobs
+        jobs: Sequence[CompatJob],
+        prev: Allocations,
+        free: list[int],
+    ) -> Allocations:
+        by_name = {j.name: j for j in jobs}
+        total = list(free)
+        for v in prev.values():
+            for node in v:
+                total[node] += 1
+        size = self.sizes(jobs, sum(total))
+        allocations = {k: v for k, v in prev.items() if k in by_name and len(v) == size[k]}
+        free_now = list(total)
+        for v in allocations.values():
+            for node in v:
+                free_now[node] -= 1
+        rest = [k for k, g in size.items() if g > 0 and k not in allocations]
+        for k in sorted(rest, key=lambda k: (-size[k], by_name[k].arrival, k)):
+            allocations[k] = most_free_fill(free_now, size[k])
+        return allocations
+
+
 @dataclass(slots=True)
 class CompatResult:
     """Per job (workload order): completion time; the cluster's GPUs in use per step."""
@@ -386,10 +489,14 @@ class PolluxCluster:
 
 
 def make_jobs(
-    rows: Sequence[tuple[str, int, str, int, int]], apps: Mapping[str, Application]
+    rows: Sequence[tuple[str, int, str, int, int]],
+    apps: Mapping[str, Application],
+    *,
+    adaptive: bool = False,
 ) -> list[CompatJob]:
-    """Jobs from Pollux workload rows ``(name, time, application, num_replicas, batch_size)``."""
+    """Jobs from Pollux workload rows ``(name, time, application, num_replicas, batch_size)``
+    (``adaptive``: Pollux-style jobs that choose their batch)."""
     return [
-        CompatJob(name=n, app=apps[a], arrival=t, batch_size=b, replicas=r)
+        CompatJob(name=n, app=apps[a], arrival=t, batch_size=b, replicas=r, adaptive=adaptive)
         for n, t, a, r, b in rows
     ]

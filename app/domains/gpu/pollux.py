@@ -32,6 +32,7 @@ __all__ = [
     "APP_SETTINGS",
     "AppTables",
     "Application",
+    "BatchChoice",
     "DelaunayData",
     "Triangulation",
     "batch_split",
@@ -53,6 +54,8 @@ APP_SETTINGS: Mapping[str, tuple[int, int | None]] = {
 
 #: the N-D interpolation caps the node count here
 MAX_INTERP_NODES = 16
+#: global batch sizes an adaptive job considers (AdaptDL's ``np.geomspace`` default)
+ADAPTIVE_BATCH_POINTS = 50
 #: scipy's find_simplex tolerance (100 * DBL_EPSILON)
 _SIMPLEX_EPS = 100.0 * float(np.finfo(np.float64).eps)
 
@@ -313,6 +316,16 @@ def batch_split(
     return atomic, accum
 
 
+@dataclass(frozen=True, slots=True)
+class BatchChoice:
+    """An adaptive job's batch for one placement and epoch: the goodput it reaches (progress
+    units per second), the atomic batch ``m`` and the accumulation steps ``s``."""
+
+    goodput: float
+    atomic_bsz: int
+    accum_steps: int
+
+
 class Application:
     """One application's measured model (section 3.2)."""
 
@@ -344,6 +357,7 @@ class Application:
         self._nd: Triangulation | None = None
         self._tp_memo: dict[tuple[tuple[int, ...], int], tuple[float, float]] = {}
         self._progress_memo: dict[int, float] = {}
+        self._batch_memo: dict[tuple[tuple[int, ...], int], BatchChoice | None] = {}
 
     def _triangulation(self) -> Triangulation:
         if self._nd is None:
@@ -427,3 +441,53 @@ class Application:
         atomic, accum = batch_split(self, batch_size, replicas, force_accum_single=force)
         step, sync = self.throughput(consolidated_shape(replicas), atomic)
         return step + (step - sync) * accum
+
+    def goodput(
+        self, placement: Sequence[int], atomic_bsz: int, accum_steps: int, epoch: int
+    ) -> float:
+        """Progress units per second on ``placement`` at atomic batch ``m`` with ``s``
+        accumulation steps during ``epoch``: ``gain(B') / T`` of section 3.2."""
+        shape = tuple(g for g in placement if g)
+        batch = sum(shape) * atomic_bsz * (accum_steps + 1)
+        step, sync = self.throughput(shape, atomic_bsz)
+        grad_sqr, grad_var = self.grad_stats(batch, epoch)
+        scale = batch / self.init_batch_size
+        gain = (grad_var + grad_sqr) / (grad_var / scale + grad_sqr)
+        return gain / (step + (step - sync) * accum_steps)
+
+    def best_batch(self, placement: Sequence[int], epoch: int) -> BatchChoice | None:
+        """The batch an adaptive (Pollux-style) job runs on ``placement`` during ``epoch``.
+
+        AdaptDL's search: ``ADAPTIVE_BATCH_POINTS`` global batch sizes on a geometric grid from
+        ``max(b0, R * min local)`` to the largest validated batch, each split as
+        :func:`batch_split` does (the fewest accumulation steps that fit the largest local
+        batch), and the split of highest goodput wins (the smaller batch on ties).  It reads
+        the measured tables, not a model fitted online as Pollux's jobs do; ``None`` when no
+        batch fits (``R * min local`` above the largest batch)."""
+        shape = tuple(g for g in placement if g)
+        epoch = min(epoch, self.completion_epoch)
+        key = (shape, epoch)
+        if key in self._batch_memo:
+            return self._batch_memo[key]
+        replicas = sum(shape)
+        low = max(self.init_batch_size, replicas * self.min_local_bsz)
+        best: BatchChoice | None = None
+        if low <= self.max_batch_size:
+            seen: set[tuple[int, int]] = set()
+            for b in np.geomspace(low, self.max_batch_size, ADAPTIVE_BATCH_POINTS):
+                local = float(b) / replicas
+                accum = math.ceil(local / self.max_local_bsz - 1e-8) - 1
+                atomic = max(self.min_local_bsz, math.ceil(local / (accum + 1) - 1e-8))
+                while replicas * atomic * (accum + 1) > self.max_batch_size and atomic > 1:
+                    atomic -= 1
+                if (atomic, accum) in seen or atomic < self.min_local_bsz:
+                    continue
+                seen.add((atomic, accum))
+                try:
+                    gp = self.goodput(shape, atomic, accum, epoch)
+                except ValueError:
+                    continue
+                if best is None or gp > best.goodput:
+                    best = BatchChoice(gp, atomic, accum)
+        self._batch_memo[key] = best
+        return best

@@ -25,6 +25,7 @@ from enum import StrEnum
 from app.domains.gpu.compat import (
     Allocations,
     CompatJob,
+    GoodputCompat,
     OptimusCompat,
     PolluxCluster,
     TiresiasCompat,
@@ -55,10 +56,14 @@ __all__ = [
     "simulate_pollux",
 ]
 
-#: the artifact's own policies, only under pollux-compat
-COMPAT_POLICIES = ("optimus-compat", "tiresias-compat")
+#: the artifact's own policies and Kairos's elastic goodput policy, only under pollux-compat
+COMPAT_POLICIES = ("goodput-compat", "optimus-compat", "tiresias-compat")
 #: the names the brief uses for them under pollux-compat
-COMPAT_ALIASES: Mapping[str, str] = {"tiresias": "tiresias-compat", "optimus": "optimus-compat"}
+COMPAT_ALIASES: Mapping[str, str] = {
+    "goodput": "goodput-compat",
+    "optimus": "optimus-compat",
+    "tiresias": "tiresias-compat",
+}
 
 
 class Semantics(StrEnum):
@@ -316,15 +321,18 @@ def simulate_pollux(
     interval: int = 60,
     restart_s: int = 30,
 ) -> RunResult:
-    """``pollux-compat``: ``policy`` is ``tiresias``/``optimus`` (the artifact's), a library
-    heuristic name or a learned policy."""
+    """``pollux-compat``: ``policy`` is ``tiresias``/``optimus`` (the artifact's), ``goodput``
+    (elastic, adaptive jobs), a library heuristic name or a learned policy."""
     name = COMPAT_ALIASES.get(policy, policy) if isinstance(policy, str) else ""
     jobs = make_jobs(
         [(r.id, int(r.arrival), str(r.app), r.min_gpus, int(r.batch_size or 0)) for r in rows],
         apps,
+        adaptive=name == "goodput-compat",
     )
-    if name == "tiresias-compat":
-        pol: object = TiresiasCompat()
+    if name == "goodput-compat":
+        pol: object = GoodputCompat(gpus_per_node)
+    elif name == "tiresias-compat":
+        pol = TiresiasCompat()
     elif name == "optimus-compat":
         pol = OptimusCompat()
     else:
