@@ -368,7 +368,19 @@ def _admit_greedy(
             )
             if h.block:
                 blocked = True
+    _note_missing_estimates(h, (*preempted, *waiting), reasons)
     return admitted, preempted, waiting, reasons
+
+
+def _note_missing_estimates(
+    h: GpuHeuristic | ScoredPolicy, left_out: Sequence[GpuJob], reasons: dict[str, str]
+) -> None:
+    """An estimate-aware heuristic orders estimate-less jobs last: their reason says so."""
+    if isinstance(h, ScoredPolicy) or not h.needs_estimate:
+        return
+    for j in left_out:
+        if j.estimate_s is None:
+            reasons[j.id] += f"; it has no run-time estimate, so {h.name} orders it last"
 
 
 def _step_time(config: GpuConfig, job: GpuJob, g: int) -> float:
@@ -422,12 +434,17 @@ def _admit_optimus(
                 if j.running
                 else f"waiting: optimus has no GPU left for its minimum ({j.min_gpus})"
             )
+
         elif j.running and s == j.gpus:
             reasons[j.id] = f"kept: optimus keeps its {s} GPUs"
         elif j.running:
             reasons[j.id] = f"resized: optimus moves it from {j.gpus} to {s} GPUs"
         else:
             reasons[j.id] = f"admitted: optimus gives it {s} GPUs"
+        if s and j.estimate_s is None and j.max_gpus > j.min_gpus:
+            reasons[j.id] += (
+                "; it has no run-time estimate, so optimus sizes it on one unit of work"
+            )
     return admitted, preempted, waiting, reasons
 
 

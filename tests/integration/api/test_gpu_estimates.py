@@ -90,6 +90,8 @@ async def test_estimate_aware_policies_order_jobs_without_an_estimate_last(
     d, after = await round_checked(client, cid, T0 + 5)
     assert sorted(started(d)) == ["long", "short"]
     assert d["explain"]["jobs"]["unknown"].startswith("waiting")
+    assert d["explain"]["jobs"]["unknown"].endswith("no run-time estimate, so sjf orders it last")
+    assert "estimate" not in d["explain"]["jobs"]["long"]
     assert after["unknown"]["state"] == "pending"
     await replays(client, d)
 

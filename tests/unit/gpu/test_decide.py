@@ -65,6 +65,36 @@ def test_srsf_orders_by_remaining_gpu_time() -> None:
     assert [a.job_id for a in decide(s, get_heuristic("fifo")).allocations] == ["long"]
 
 
+@pytest.mark.parametrize("name", ["sjf", "srtf", "srsf"])
+def test_a_job_left_out_for_lack_of_an_estimate_is_told_so(name: str) -> None:
+    unknown = _job("unknown", 0, 4)
+    s = ClusterSnapshot(
+        0.0,
+        _nodes(1, 4),
+        (unknown, _job("late", 1, 4, estimate_s=500.0), _job("later", 2, 4, estimate_s=900.0)),
+    )
+    d = decide(s, get_heuristic(name))
+    assert "unknown" not in {a.job_id for a in d.allocations}
+    assert d.reasons["unknown"].startswith("waiting")
+    assert "no run-time estimate" in d.reasons["unknown"]
+    assert "estimate" not in d.reasons["later"]
+    # an information-agnostic policy never blames the estimate
+    for other in ("fifo-skip", "smallest-first", "tiresias-2dlas"):
+        assert all("estimate" not in r for r in decide(s, get_heuristic(other)).reasons.values())
+
+
+def test_optimus_says_when_it_sizes_an_elastic_job_without_an_estimate() -> None:
+    s = ClusterSnapshot(
+        0.0,
+        _nodes(1, 8),
+        (_job("e", 0, 1, max_gpus=4), _job("k", 1, 1, max_gpus=4, estimate_s=100.0)),
+    )
+    d = decide(s, get_heuristic("optimus"))
+    assert d.reasons["e"].startswith("admitted")
+    assert d.reasons["e"].endswith("no run-time estimate, so optimus sizes it on one unit of work")
+    assert "estimate" not in d.reasons["k"]
+
+
 def test_drf_alternates_tenants() -> None:
     jobs = (*(_job(f"a{i}", i, 1, tenant="A") for i in range(4)), _job("b0", 10, 1, tenant="B"))
     s = ClusterSnapshot(0.0, _nodes(1, 2), jobs)

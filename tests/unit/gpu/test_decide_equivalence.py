@@ -5,6 +5,7 @@ scorer, and the same feature rows bit for bit."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -21,12 +22,21 @@ from app.domains.gpu.heuristics import (
     heuristic_names,
 )
 from app.domains.gpu.learned import ScoredPolicy
-from app.domains.gpu.types import ClusterSnapshot, GpuJob, NodeState, gpu_node
+from app.domains.gpu.types import ClusterSnapshot, GpuDecision, GpuJob, NodeState, gpu_node
 from app.domains.gpu.types import Placement as NodePlacement
 from app.domains.gpu.validation import validate_decision
 from tests.unit.gpu.oracle import decide_v1, encoding_v1
 
 SEEDS = range(60)
+#: the reasons' note on a missing estimate came after the oracle was frozen
+ESTIMATE_NOTE = "; it has no run-time estimate, so "
+
+
+def as_oracle(d: GpuDecision) -> GpuDecision:
+    """``d`` with the missing-estimate notes taken out of its reasons (what the oracle says)."""
+    return dataclasses.replace(
+        d, reasons={k: v.split(ESTIMATE_NOTE)[0] for k, v in d.reasons.items()}
+    )
 
 
 def random_snapshot(rng: random.Random, nodes: int, jobs: int) -> ClusterSnapshot:
@@ -105,7 +115,7 @@ def test_heuristics_decide_as_the_oracle(seed: int) -> None:
         for name in heuristic_names():
             h = get_heuristic(name)
             got = decide(state, h, cfg)
-            assert got == decide_v1.decide(state, h, cfg), (name, cfg.placement)
+            assert as_oracle(got) == decide_v1.decide(state, h, cfg), (name, cfg.placement)
             validate_decision(state, got)
 
 
@@ -178,4 +188,4 @@ def test_decide_at_scale_is_the_oracle() -> None:
     pol = ScoredPolicy("rand", "1", score=_scorer(7, True).score, window=running + 64)
     for cfg in _configs(rng):
         for p in (get_heuristic("tiresias-2dlas"), get_heuristic("drf"), pol):
-            assert decide(state, p, cfg) == decide_v1.decide(state, p, cfg)
+            assert as_oracle(decide(state, p, cfg)) == decide_v1.decide(state, p, cfg)
