@@ -4,8 +4,6 @@ result is within Pollux's own +-5 % of its published 2,751.13 s mean (spec secti
 
 from __future__ import annotations
 
-import csv
-
 import pytest
 
 from app.domains.gpu.compat import GoodputCompat, PolluxCluster, make_jobs
@@ -13,6 +11,7 @@ from app.domains.gpu.metrics import summary
 from app.domains.gpu.pollux import Application, consolidated_shape
 from app.domains.gpu.simulate import Semantics, SimJob, simulate
 from sim.gpu_data import load_applications, pollux_results, pollux_workload
+from sim.gpu_evaluate import read_workload
 
 #: the artifact's Pollux average JCT per workload (spec section 3.4)
 POLLUX_AVG = (2088.77, 3322.94, 2188.49, 2720.98, 2673.70, 2446.13, 3616.14, 2951.91)
@@ -25,18 +24,7 @@ def apps() -> dict[str, Application]:
 
 
 def _rows(index: int) -> list[SimJob]:
-    with pollux_workload(index).open() as f:
-        return [
-            SimJob(
-                r["name"],
-                float(r["time"]),
-                int(r["num_replicas"]),
-                int(r["num_replicas"]),
-                app=r["application"],
-                batch_size=int(r["batch_size"]),
-            )
-            for r in csv.DictReader(f)
-        ]
+    return read_workload(pollux_workload(index))[1]
 
 
 @pytest.mark.parametrize("name", ["cifar10", "imagenet", "bert", "yolov3", "deepspeech2", "ncf"])
