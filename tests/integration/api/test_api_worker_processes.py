@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -197,6 +198,34 @@ def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_is_sha
         served = _decides_by_pid(metrics_dir)
         assert sum(served.values()) == 32
         assert len(served) == 2, served
+
+
+def test_the_decision_log_metrics_of_either_worker_sum_both_processes(tmp_path: Path) -> None:
+    """The group commit's counters and histogram (ADR 0023) in multiprocess mode: a scrape that
+    reaches either worker counts every row both processes stored, as the database holds them,
+    and the histogram's count and sum are the commits and rows."""
+    metrics_dir = tmp_path / "metrics"
+    with kairos_serve(_two_workers(tmp_path), tmp_path / "serve.log", start_timeout_s=120) as url:
+        _wait_until_both_started(url, metrics_dir)
+        with ThreadPoolExecutor(16) as pool:
+            assert list(pool.map(_decide, [url] * 48)) == [200] * 48
+        with sqlite3.connect(tmp_path / "kairos.db") as db:
+            (stored,) = db.execute("SELECT count(*) FROM decisions").fetchone()
+        assert stored >= 48  # and what the warm-up decided, if it had to
+        deadline = time.monotonic() + 30
+        while True:  # a row is counted once its commit returns, just after the answer
+            samples = [_scrape(url) for _ in range(4)]  # fresh connections: both processes
+            rows = {s.get(("kairos_decision_rows_stored_total", ()), 0.0) for s in samples}
+            if rows == {float(stored)} or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert rows == {float(stored)}
+        for s in samples:
+            commits = s[("kairos_decision_commits_total", ())]
+            assert 1 <= commits <= stored
+            assert s[("kairos_decision_rows_per_commit_count", ())] == commits
+            assert s[("kairos_decision_rows_per_commit_sum", ())] == stored
+        assert len(_decides_by_pid(metrics_dir)) == 2  # both processes stored decisions
 
 
 def _alive(pid: int) -> bool:
