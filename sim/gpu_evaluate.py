@@ -199,8 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help=f"comma-separated: {','.join(heuristic_names())}; under pollux-compat also the "
         "artifact's own tiresias and optimus and the elastic goodput; a learned GPU policy's "
-        "name (gpu-v1) or model "
-        "directory",
+        "name (gpu-v1) or model directory",
     )
     p.add_argument("--seed", type=int, default=0, help="accepted for symmetry; runs are seedless")
     p.add_argument("--json", type=Path, help="write the result rows here (JSON)")

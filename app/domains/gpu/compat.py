@@ -125,16 +125,7 @@ class CompatJob:
         seconds -= delay
         app = self.app
         while seconds > 0 and self.completion_time is None:
-            shape = tuple(g for g in self.placement if g)
-            replicas = sum(shape)
-            batch = replicas * self.atomic_bsz * (self.accum_steps + 1)
-            scale = batch / app.init_batch_size
-            step_time, sync_time = app.throughput(shape, self.atomic_bsz)
-            accum_time = step_time - sync_time
-            grad_sqr, grad_var = app.grad_stats(batch, self.epoch)
-            gain = (grad_var + grad_sqr) / (grad_var / scale + grad_sqr)
-            total_time = step_time + accum_time * self.accum_steps
-            goodput = gain / total_time
+            goodput = app.goodput(self.placement, self.atomic_bsz, self.accum_steps, self.epoch)
             next_progress = app.progress(self.epoch + 1)
             if self.progress + goodput * seconds < next_progress:
                 self.progress += goodput * seconds

@@ -434,7 +434,6 @@ def _admit_optimus(
                 if j.running
                 else f"waiting: optimus has no GPU left for its minimum ({j.min_gpus})"
             )
-
         elif j.running and s == j.gpus:
             reasons[j.id] = f"kept: optimus keeps its {s} GPUs"
         elif j.running:

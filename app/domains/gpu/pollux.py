@@ -300,7 +300,7 @@ def consolidated_shape(replicas: int, per_node: int = 4) -> tuple[int, ...]:
 
 
 def batch_split(
-    app: Application, batch_size: int, replicas: int, *, force_accum_single: bool
+    app: Application, batch_size: float, replicas: int, *, force_accum_single: bool
 ) -> tuple[int, int]:
     """``(atomic batch m, accumulation steps s)`` for a fixed global batch on ``replicas``.
 
@@ -475,12 +475,10 @@ class Application:
         if low <= self.max_batch_size:
             seen: set[tuple[int, int]] = set()
             for b in np.geomspace(low, self.max_batch_size, ADAPTIVE_BATCH_POINTS):
-                local = float(b) / replicas
-                accum = math.ceil(local / self.max_local_bsz - 1e-8) - 1
-                atomic = max(self.min_local_bsz, math.ceil(local / (accum + 1) - 1e-8))
-                while replicas * atomic * (accum + 1) > self.max_batch_size and atomic > 1:
-                    atomic -= 1
-                if (atomic, accum) in seen or atomic < self.min_local_bsz:
+                atomic, accum = batch_split(self, float(b), replicas, force_accum_single=False)
+                atomic = max(atomic, self.min_local_bsz)
+                too_big = replicas * atomic * (accum + 1) > self.max_batch_size
+                if too_big or (atomic, accum) in seen:
                     continue
                 seen.add((atomic, accum))
                 try:
