@@ -144,6 +144,11 @@ class Args:
     """feed the estimate features (information-aware); default information-agnostic"""
     las_threshold_gpu_s: float = 3250.0
     """the attained GPU-seconds the ``las_queue`` feature marks (a card constant)"""
+    skip: bool = False
+    """add a linear term of the features to the scorer's MLP (see :class:`Agent`)"""
+    skip_epochs: int = 0
+    """with ``skip``: behaviour-cloning epochs of the linear term alone, before ``bc_epochs``"""
+    skip_learning_rate: float = 0.05
     threads: int = 1
     """torch intra-op threads"""
     run_dir: Path = Path("runs")
@@ -162,9 +167,16 @@ def mlp(sizes: Sequence[int]) -> nn.Sequential:
 
 
 class Agent(nn.Module):
-    def __init__(self, features: int = NUM_FEATURES) -> None:
+    """The scorer (``actor``, per row) and the critic (pooled rows). With ``skip`` the logits
+    are the MLP's plus a linear term of the features (no bias), so an order that is a linear
+    function of the features, such as a heuristic's key, is representable exactly."""
+
+    def __init__(self, features: int = NUM_FEATURES, skip: bool = False) -> None:
         super().__init__()
         self.actor = mlp([features, 64, 32, 1])
+        self.skip = nn.Linear(features, 1, bias=False) if skip else None
+        if self.skip is not None:
+            nn.init.zeros_(self.skip.weight)
         self.embed = nn.Sequential(nn.Linear(features, 64), nn.Tanh(), nn.Linear(64, 32), nn.Tanh())
         self.critic = mlp([64, 64, 1])
         nn.init.orthogonal_(self.actor[-1].weight, gain=0.01)  # type: ignore[arg-type]
@@ -172,6 +184,8 @@ class Agent(nn.Module):
 
     def logits(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         raw: torch.Tensor = self.actor(obs).squeeze(-1)
+        if self.skip is not None:
+            raw = raw + self.skip(obs).squeeze(-1)
         return torch.where(mask, raw, torch.full_like(raw, MASKED_LOGIT))
 
     def value(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -230,6 +244,11 @@ def build_onnx(agent: Agent) -> onnx.ModelProto:
     one = const("one", np.array(1.0, dtype=np.float32))
     zero = const("zero", np.array(0.0, dtype=np.float32))
     a = dense("actor", "obs", _linears(agent.actor), tanh_last=False)
+    if agent.skip is not None:
+        w = const("skip.w", agent.skip.weight.detach().numpy().T.astype(np.float32).copy())
+        nodes.append(helper.make_node("MatMul", ["obs", w], ["skip.mm"]))
+        nodes.append(helper.make_node("Add", [a, "skip.mm"], ["actor.skip"]))
+        a = "actor.skip"
     nodes.append(helper.make_node("Squeeze", [a, last], ["raw_logits"]))
     nodes.append(helper.make_node("Where", ["mask", "raw_logits", neg], ["logits"]))
     e = dense("embed", "obs", _linears(agent.embed), tanh_last=True)
@@ -714,11 +733,16 @@ def teacher_nll(agent: Agent, mb: Sequence[Step]) -> torch.Tensor:
 
 
 def behaviour_cloning(
-    agent: Agent, opt: torch.optim.Optimizer, steps: list[Step], args: Args
+    agent: Agent,
+    opt: torch.optim.Optimizer,
+    steps: list[Step],
+    args: Args,
+    epochs: int | None = None,
 ) -> float:
-    """Imitate the teacher's recorded walks ``steps`` (Plackett-Luce likelihood)."""
+    """Imitate the teacher's recorded walks ``steps`` (Plackett-Luce likelihood) for
+    ``epochs`` (default ``bc_epochs``) passes; ``opt`` decides which parameters move."""
     loss_v = 0.0
-    for _ in range(args.bc_epochs):
+    for _ in range(args.bc_epochs if epochs is None else epochs):
         random.shuffle(steps)
         for start in range(0, len(steps), 256):
             loss = teacher_nll(agent, steps[start : start + 256])
@@ -919,7 +943,9 @@ def make_card(
         **io_signature(args.window),
         "opset": OPSET,
         "architecture": {
-            "score": "w3 . tanh(W2 tanh(W1 x + b1) + b2) + b3 per candidate row (64, 32)",
+            "score": "w3 . tanh(W2 tanh(W1 x + b1) + b2) + b3"
+            + (" + s . x" if args.skip else "")
+            + " per candidate row (64, 32)",
             "value": "MLP(64 -> 1) over masked mean and max of a per-row tanh MLP (64, 32)",
             "parameters": sum(p.numel() for p in meta["agent"].parameters()),
         },
@@ -979,7 +1005,7 @@ def train(args: Args, command: str = "") -> Path:
         {h: round(float(np.mean(v)), 1) for h, v in heur.items()},
         flush=True,
     )
-    agent = Agent()
+    agent = Agent(skip=args.skip)
     opt = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     rng = np.random.default_rng(args.seed)
     envs = None if compat else Envs(args, data, constants)
@@ -999,6 +1025,12 @@ def train(args: Args, command: str = "") -> Path:
             if apps is not None
             else env_teacher_steps(envs, args)  # type: ignore[arg-type]
         )
+        if agent.skip is not None and args.skip_epochs:
+            # the linear term alone first: its likelihood is convex, so a teacher whose key
+            # is linear in the features is fitted to the order before the MLP moves
+            lin_opt = torch.optim.Adam(agent.skip.parameters(), lr=args.skip_learning_rate)
+            loss = behaviour_cloning(agent, lin_opt, teacher, args, args.skip_epochs)
+            print(f"linear bc loss {loss:.3f} ({time.monotonic() - start:.0f}s)", flush=True)
         bc_opt = torch.optim.Adam(agent.parameters(), lr=args.bc_learning_rate, eps=1e-5)
         loss = behaviour_cloning(agent, bc_opt, teacher, args)
         print(

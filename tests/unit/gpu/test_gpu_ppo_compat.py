@@ -21,7 +21,9 @@ from training.gpu_ppo import (
     Agent,
     Args,
     Data,
+    behaviour_cloning,
     compat_rollout,
+    greedy_order,
     load_data,
     run_compat_episode,
     selection_metric,
@@ -80,3 +82,48 @@ def test_selection_is_the_mean_ratio_to_tiresias() -> None:
     heur = {"tiresias": [100.0, 200.0], "las": [1.0, 1.0]}
     assert selection_metric([50.0, 300.0], heur) == pytest.approx(1.0)
     assert selection_metric([50.0, 300.0], {"las": [1.0, 1.0]}) == pytest.approx(175.0)
+
+
+#: passes of the linear stage over the few recorded decisions of the two small workloads
+EPOCHS = 300
+
+
+def test_linear_term_alone_learns_a_linear_key(data: Data) -> None:
+    """With ``skip``, cloning the linear term alone (the ``skip_epochs`` stage) reproduces the
+    walk of a teacher whose key is linear in the features (2D-LAS: queue, running, arrival) on
+    nearly every recorded decision, where the untrained scorer (the canonical pre-order) does
+    not."""
+    import torch
+
+    teacher = "tiresias-2dlas"
+    torch.manual_seed(0)
+    apps = load_applications()
+    args = Args(semantics="pollux-compat", skip=True, las_threshold_gpu_s=57600.0)
+    constants = EncodingConstants(las_threshold_gpu_s=57600.0)
+
+    def choose(
+        obs: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], info: dict[str, Any]
+    ) -> tuple[list[int], float]:
+        del obs
+        return teacher_order(info, mask, teacher, CONFIG_COMPAT), 0.0
+
+    steps = [
+        s for rows in data.train for s in run_compat_episode(rows, apps, args, constants, choose)[0]
+    ]
+    agent = Agent(skip=True)
+
+    def agreement() -> float:
+        same = 0
+        for s in steps:
+            with torch.no_grad():
+                logits = agent.logits(torch.from_numpy(s.obs)[None], torch.from_numpy(s.mask)[None])
+            same += greedy_order(logits[0].numpy(), s.mask, s.sizes, s.capacity) == s.seq
+        return same / len(steps)
+
+    before = agreement()
+    assert agent.skip is not None
+    opt = torch.optim.Adam(agent.skip.parameters(), lr=args.skip_learning_rate)
+    behaviour_cloning(agent, opt, list(steps), args, epochs=EPOCHS)
+    after = agreement()
+    assert after >= 0.9, (before, after)
+    assert after > before

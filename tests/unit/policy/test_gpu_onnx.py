@@ -43,12 +43,14 @@ def _card(**over: Any) -> dict[str, Any]:
     return card
 
 
-def _agent(seed: int = 0) -> Any:
+def _agent(seed: int = 0, skip: bool = False) -> Any:
     torch.manual_seed(seed)
-    agent = Agent()
-    with torch.no_grad():  # non-trivial last layer (training starts it near zero)
+    agent = Agent(skip=skip)
+    with torch.no_grad():  # non-trivial last layer and skip term (training starts them at ~0)
         last = [m for m in agent.actor if isinstance(m, torch.nn.Linear)][-1]
         last.weight.normal_(0.0, 1.0)
+        if agent.skip is not None:
+            agent.skip.weight.normal_(0.0, 1.0)
     return agent
 
 
@@ -63,7 +65,10 @@ def _numpy_forward(agent: Any, obs: Arr, mask: npt.NDArray[np.bool_]) -> tuple[A
                 x = np.tanh(x)
         return x
 
-    logits = np.where(mask, dense(obs, agent.actor, False)[..., 0], -1e9)
+    raw = dense(obs, agent.actor, False)[..., 0]
+    if agent.skip is not None:
+        raw = raw + obs @ agent.skip.weight.detach().numpy()[0].astype(np.float64)
+    logits = np.where(mask, raw, -1e9)
     emb = dense(obs, agent.embed, True)
     m = mask[..., None].astype(np.float64)
     mean = (emb * m).sum(1) / np.maximum(m.sum(1), 1.0)
@@ -80,8 +85,9 @@ def _write(tmp: Path, model: bytes, card: dict[str, Any]) -> Path:
     return tmp
 
 
-def test_onnx_graph_equals_the_numpy_forward_pass() -> None:
-    agent = _agent()
+@pytest.mark.parametrize("skip", [False, True], ids=["mlp", "mlp+linear"])
+def test_onnx_graph_equals_the_numpy_forward_pass(skip: bool) -> None:
+    agent = _agent(skip=skip)
     model = load_gpu_model(build_onnx(agent).SerializeToString(), json.dumps(_card()).encode())
     rng = np.random.default_rng(5)
     for b, k in ((1, 1), (3, 7), (2, 64)):
