@@ -21,9 +21,11 @@ NOW = 1_767_225_600.0
 
 def scale_body(nodes: int = 1_000, jobs: int = 5_000, seed: int = 20) -> dict[str, Any]:
     """``nodes`` nodes of 8 GPUs; ``jobs`` gangs of 1-16 GPUs, a fifth elastic (max twice
-    the min), about half running where their size fits (spanning nodes when it must)."""
+    the min), about half running where their size fits (spanning nodes when it must) while at
+    least one GPU per node stays free, so that pending jobs can start without preemptions."""
     rng = random.Random(seed)
     free = [8] * nodes
+    free_total = 8 * nodes
     out: list[dict[str, Any]] = []
     for i in range(jobs):
         g = rng.choice([1, 1, 2, 4, 8, 16])
@@ -37,7 +39,7 @@ def scale_body(nodes: int = 1_000, jobs: int = 5_000, seed: int = 20) -> dict[st
             "executed_s": round(rng.uniform(0, 2_000), 3),
             "preemptions": rng.randrange(3),
         }
-        if rng.random() < 0.5:
+        if rng.random() < 0.5 and free_total - g >= nodes:
             need, start = g, rng.randrange(nodes)
             placed: list[dict[str, Any]] = []
             rows: list[tuple[int, int]] = []
@@ -54,6 +56,7 @@ def scale_body(nodes: int = 1_000, jobs: int = 5_000, seed: int = 20) -> dict[st
             if need == 0:
                 job["allocation"] = placed
                 job["starts"] = 1
+                free_total -= g
             else:
                 for ix, t in rows:
                     free[ix] += t
