@@ -32,7 +32,7 @@ import numpy.typing as npt
 from app.domains.dag.env import TRAIN_EXECUTORS, TRAIN_INTERVAL_S, TRAIN_JOBS
 from sim.dag_data import DEFAULT_DECIMA
 from training.dag_ppo import F32, Best, EnvConfig, _load_init, _val_episode, write_model
-from training.es import centred_ranks
+from training.es import es_gradient
 from training.paths import repo_relative
 
 F64 = npt.NDArray[np.float64]
@@ -102,13 +102,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         res = np.asarray(run_map(tasks))
         fair, jct = res[: args.batch], res[args.batch :].reshape(len(cands), args.batch)
         fit = (jct / fair).mean(1)
-        r = centred_ranks(-fit)
-        grad = ((r[: args.pairs] - r[args.pairs :])[:, None] * eps).sum(0) / (
-            2 * args.pairs * args.sigma
-        )
+        grad = es_gradient(eps, fit, args.sigma)  # of the cost: the step descends it
         m = 0.9 * m + 0.1 * grad
         v = 0.999 * v + 0.001 * grad**2
-        w = w + args.lr * (m / (1 - 0.9**gen)) / (np.sqrt(v / (1 - 0.999**gen)) + 1e-8)
+        w = w - args.lr * (m / (1 - 0.9**gen)) / (np.sqrt(v / (1 - 0.999**gen)) + 1e-8)
         entry: dict[str, Any] = {
             "iteration": gen,
             "train_ratio_mean": round(float(fit.mean()), 4),
