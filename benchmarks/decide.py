@@ -532,7 +532,7 @@ def decision_cost_ms(models: Path, policy: str, rounds: int = 20) -> float:
     from app.policy.onnx_policy import RuntimeOptions
     from app.policy.registry import PolicyRegistry
     from app.policy.selector import decide_many
-    from app.services.scheduling import state_from_request
+    from app.services.hpc_rounds import state_from_request
 
     registry = PolicyRegistry(models, RuntimeOptions())
     registry.discover()

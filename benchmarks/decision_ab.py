@@ -33,7 +33,7 @@ from app.policy.onnx_policy import OnnxPolicy, RuntimeOptions
 from app.policy.registry import PolicyRegistry
 from app.policy.selector import resolve
 from app.schemas.decision import DecideRequest
-from app.services.scheduling import state_from_request
+from app.services.hpc_rounds import state_from_request
 from benchmarks.decide import ROOT, model_dir, snapshot
 
 

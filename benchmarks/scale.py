@@ -185,7 +185,7 @@ async def _gpu_cell(
     import httpx
 
     from app.main import create_app
-    from app.services.scheduling import RoundTimings, round_timings
+    from app.services.rounds import RoundTimings, round_timings
     from app.settings import Settings
 
     settings = Settings(
@@ -293,7 +293,7 @@ def _core_seconds(body: dict[str, Any]) -> float:
     from app.domains.hpc.decision import DecisionConfig, decide
     from app.policy.onnx_policy import OnnxPolicy
     from app.schemas.decision import DecideRequest
-    from app.services.scheduling import state_from_request
+    from app.services.hpc_rounds import state_from_request
     from app.settings import Settings
 
     state = state_from_request(DecideRequest.model_validate(body))
@@ -311,7 +311,7 @@ async def _cell(
     import httpx
 
     from app.main import create_app
-    from app.services.scheduling import RoundTimings, round_timings
+    from app.services.rounds import RoundTimings, round_timings
     from app.settings import Settings
 
     settings = Settings(

@@ -81,8 +81,7 @@ from app.services.convert import clean, decision_read, estimate_of, finite_json,
 from app.services.decision import DecisionService, split_policy
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
 from app.services.policy_names import check_fallback_name, check_policy_name, default_policy
-from app.services.rounds import store_decision
-from app.services.scheduling import round_timings
+from app.services.rounds import round_timings, store_decision
 from app.settings import Settings
 
 

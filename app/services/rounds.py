@@ -1,19 +1,26 @@
-"""Which service runs a cluster's scheduling round: one round module per domain.
+"""A scheduling round, written once for every domain: the registry of the domains' round modules
+and what the rounds share.
 
-``POST /v1/clusters/{id}/schedule`` locks the cluster (:func:`app.services.scheduling.
-schedule_cluster`) and, for a cluster whose domain is not ``hpc``, hands the locked record to that
-domain's round function, which loads the domain's state, decides through the domain package
-(``app.domains.<domain>``) and applies the decision in the same transaction.  The round modules
-are imported on first use.
+``POST /v1/clusters/{id}/schedule`` and ``POST /v1/decide`` are domain-agnostic
+(:mod:`app.services.scheduling`): they lock the cluster or read the body's ``domain`` and hand it to
+that domain's round module here (``hpc_rounds``, ``gpu_rounds``, ``dag_rounds``). A round module
+is the only service code that imports its domain package: it loads the domain's state, decides
+through ``app.domains.<domain>`` and stores the decision with the domain's codec, in the same
+transaction as what it applies. The round modules are imported on first use. Shared here: the
+decision and request ids, the stored decision's insert and the benchmarks' timing hook.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Final, Protocol, cast
+import uuid
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, cast
 
 from sqlalchemy.exc import IntegrityError
 
+from app.db.decision_writer import DecisionWriter
 from app.db.orm import ClusterRecord, DecisionRecord
 from app.db.repositories.decision_repository import DecisionRepository
 from app.schemas.decision import DecisionRead, ScheduleRequest
@@ -22,13 +29,49 @@ from app.services.decision import DecisionService
 from app.services.errors import ConflictError
 from app.settings import Settings
 
-__all__ = ["RoundFunction", "round_function", "store_decision"]
+__all__ = [
+    "DecideFunction",
+    "RoundFunction",
+    "RoundTimings",
+    "decide_function",
+    "new_decision_id",
+    "new_request_id",
+    "round_function",
+    "round_timings",
+    "served_domains",
+    "store_decision",
+]
 
-#: domain -> "module:function" of its round (hpc's is app.services.scheduling itself)
+#: domain -> the module of its rounds: ``schedule_round`` (a stateful round on a locked cluster)
+#: and ``decide_snapshot`` (``/v1/decide``)
 _ROUNDS: Final = {
-    "gpu": "app.services.gpu_rounds:schedule_round",
-    "dag": "app.services.dag_rounds:schedule_round",
+    "hpc": "app.services.hpc_rounds",
+    "gpu": "app.services.gpu_rounds",
+    "dag": "app.services.dag_rounds",
 }
+
+
+def new_decision_id() -> str:
+    return f"dec_{uuid.uuid4().hex}"
+
+
+def new_request_id() -> str:
+    return f"req_{uuid.uuid4().hex}"
+
+
+@dataclass(slots=True)
+class RoundTimings:
+    """Where one round's time went (filled when :data:`round_timings` holds one): reading the
+    snapshot, deciding (the policy with its fallback chain), and storing the decision and its
+    allocations; seconds."""
+
+    load_s: float = 0.0
+    decide_s: float = 0.0
+    persist_s: float = 0.0
+
+
+#: Set to a :class:`RoundTimings` to have the next round in this context fill it (benchmarks).
+round_timings: ContextVar[RoundTimings | None] = ContextVar("kairos_round_timings", default=None)
 
 
 class RoundFunction(Protocol):
@@ -46,16 +89,46 @@ class RoundFunction(Protocol):
         ...
 
 
-def round_function(domain: str) -> RoundFunction:
-    """The round of ``domain`` (:class:`ConflictError` when this build serves no such round)."""
+class DecideFunction(Protocol):
+    async def __call__(
+        self,
+        tenant: str,
+        body: Any,
+        *,
+        decisions: DecisionService,
+        writer: DecisionWriter,
+        settings: Settings,
+        request_id: str | None = None,
+        store: bool = True,
+    ) -> DecisionRead:
+        """Decide the validated ``/v1/decide`` body of the domain's snapshot shape and store the
+        decision (answered ``stored: false`` when it could not be stored)."""
+        ...
+
+
+def served_domains() -> tuple[str, ...]:
+    """The domains this build runs rounds for."""
+    return tuple(_ROUNDS)
+
+
+def _module(domain: str) -> Any:
     target = _ROUNDS.get(domain)
     if target is None:
         raise ConflictError(
             f"this service runs no scheduling round for {domain!r} clusters",
             code="domain_not_served",
         )
-    module, _, name = target.partition(":")
-    return cast(RoundFunction, getattr(importlib.import_module(module), name))
+    return importlib.import_module(target)
+
+
+def round_function(domain: str) -> RoundFunction:
+    """The stateful round of ``domain`` (:class:`ConflictError` when this build serves none)."""
+    return cast(RoundFunction, _module(domain).schedule_round)
+
+
+def decide_function(domain: str) -> DecideFunction:
+    """The ``/v1/decide`` of ``domain`` (:class:`ConflictError` when this build serves none)."""
+    return cast(DecideFunction, _module(domain).decide_snapshot)
 
 
 async def store_decision(ctx: Ctx, record: DecisionRecord) -> None:

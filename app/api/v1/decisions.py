@@ -27,8 +27,8 @@ from app.schemas.decision import (
     ScheduleRequest,
 )
 from app.schemas.gpu import GPU_DECIDE_EXAMPLE, GpuDecideRequest
-from app.services import dag_rounds, gpu_jobs, gpu_rounds, scheduling
 from app.services import decisions as decision_log
+from app.services import scheduling
 
 router = APIRouter(tags=["decisions"], responses=ERROR_RESPONSES)
 
@@ -154,30 +154,10 @@ async def decide(
     request_id: RequestId = None,
 ) -> DecisionRead:
     store = not request.scope.get("state", {}).get(UNSTORED_DECISION, False)
-    if isinstance(body, DagDecideRequest):
-        return await dag_rounds.decide_snapshot(
-            tenant,
-            body,
-            decisions=decisions,
-            writer=writer,
-            settings=settings,
-            request_id=request_id,
-            store=store,
-        )
-    if isinstance(body, GpuDecideRequest):
-        return await gpu_rounds.decide_snapshot(
-            tenant,
-            body,
-            decisions=decisions,
-            writer=writer,
-            settings=settings,
-            request_id=request_id,
-            store=store,
-        )
-    gpu_jobs.check_hpc_snapshot(body)
     return await scheduling.decide_snapshot(
         tenant,
         body,
+        domain=_decide_domain(body),
         decisions=decisions,
         writer=writer,
         settings=settings,

@@ -66,7 +66,7 @@ class TestSchedule:
     ) -> None:
         """The decision and the job/node changes commit together: a round that fails after
         both were written (and flushed) leaves neither behind."""
-        from app.services import scheduling
+        from app.services import hpc_rounds
 
         await make_cluster(client, cid, nodes=1, cluster={"policy": "fcfs"}, cpu=8)
         await _submit(client, cid, job_spec("a", cpu=2))
@@ -74,7 +74,7 @@ class TestSchedule:
         def boom(record: object) -> None:
             raise RuntimeError("crash after the decision and its allocations were flushed")
 
-        monkeypatch.setattr(scheduling, "decision_read", boom)
+        monkeypatch.setattr(hpc_rounds, "decision_read", boom)
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://kairos.test") as raw:
             r = await raw.post(f"/v1/clusters/{cid}/schedule", json={})

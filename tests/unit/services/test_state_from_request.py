@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from app.kernel.types import NodeState
 from app.schemas.decision import DecideRequest
 from app.services.convert import job_from_spec
-from app.services.scheduling import state_from_request
+from app.services.hpc_rounds import state_from_request
 
 NOW = 1_000_000.0
 
