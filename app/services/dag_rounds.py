@@ -11,13 +11,13 @@ Executor slots (:mod:`app.services.dags`): an ``up`` node's free slots are
 slots are their sum, and its executors the ``up`` nodes' slots plus the slots held on other
 nodes. Granted slots go to the nodes first-fit in node-id order.
 
-The fallback chain: the cluster's (or the request's) policy, a DAG heuristic or a learned DAG
-model (the registry's ``app.policy.dag_onnx`` model, a fresh policy per decision), decides off
-the event loop within the deadline; a missing or refused model, an error, a refused pick, a
-timeout or a decision that breaks an invariant (:func:`check_decision`) hands the round to the
-fallback heuristic (default ``fair``) and the decision says why
-(:class:`~app.outcomes.FallbackReason`). A fallback decision that breaks an invariant is
-replaced by an empty one: nothing unsafe is ever applied.
+The fallback chain (:mod:`app.services.chain`, shared by every domain's round): the cluster's
+(or the request's) policy, a DAG heuristic or a learned DAG model (the registry's
+``app.policy.dag_onnx`` model, a fresh policy per decision), decides off the event loop within
+the deadline; a missing or refused model, an error, a refused pick, a timeout or a decision that
+breaks an invariant (:func:`check_decision`) hands the round to the fallback heuristic (default
+``fair``) and the decision says why (:class:`~app.outcomes.FallbackReason`). A fallback decision
+that breaks an invariant is replaced by an empty one: nothing unsafe is ever applied.
 
 A stateful round applies its decision in the transaction that stores it: each granted stage
 launches one task per slot (``launched``/``running`` grow, its job is ``running`` with the
@@ -33,7 +33,6 @@ import dataclasses
 import logging
 import re
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -67,6 +66,7 @@ from app.kernel.errors import InvalidPickError, SnapshotError
 from app.outcomes import FallbackReason
 from app.schemas.dag import DagDecideRequest
 from app.schemas.decision import DecisionRead, ScheduleRequest
+from app.services.chain import run_fallback, run_primary
 from app.services.context import Ctx
 from app.services.convert import clean, dag_settings, decision_read, finite_json
 from app.services.dags import (
@@ -81,7 +81,7 @@ from app.services.dags import (
 from app.services.decision import DecisionService
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
 from app.services.policy_names import check_fallback_name, check_policy_name, default_policy
-from app.services.rounds import store_decision
+from app.services.rounds import new_decision_id, new_request_id, store_decision
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -99,10 +99,6 @@ HEURISTIC_VERSION: Final = "1"
 DEFAULT_SLOT: Final = {"cpu": 1.0}
 #: runners-up listed per step of an explanation
 RUNNERS_UP: Final = 3
-
-
-def _new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
 
 
 # -- the snapshot ----------------------------------------------------------------------------------
@@ -487,47 +483,43 @@ async def decide_dag(
     stage_ids = _stage_ids_of(state)
     primary = await _resolve(policy, alpha, decisions, tenant)
     reason, detail = primary.reason, primary.detail
+
+    def check(ran: tuple[DagDecision, list[dict[str, Any]] | None]) -> list[str]:
+        return check_decision(state, ran[0])
+
     if primary.policy is not None:
-        try:
-            with anyio.fail_after(deadline_s):
-                decision, steps = await anyio.to_thread.run_sync(
-                    _run,
-                    state,
-                    primary.policy,
-                    explain,
-                    stage_ids,
-                    abandon_on_cancel=True,
-                )
-            problems = check_decision(state, decision)
-            if not problems:
-                return _Outcome(
-                    decision,
-                    primary.name,
-                    primary.version,
-                    primary.kind,
-                    False,
-                    None,
-                    None,
-                    steps,
-                    (time.perf_counter() - started) * 1000.0,
-                )
-            reason, detail = FallbackReason.INVALID_DECISION, "; ".join(problems[:5])
-        except TimeoutError:
-            reason, detail = FallbackReason.DEADLINE_EXCEEDED, f"{deadline_s * 1000:.0f} ms"
-        except InvalidPickError as exc:
-            reason, detail = FallbackReason.INVALID_PICK, str(exc)
-        except Exception as exc:
-            logger.warning("DAG policy %s failed: %r", primary.name, exc)
-            reason, detail = FallbackReason.INFERENCE_ERROR, f"{type(exc).__name__}: {exc}"
+        chosen = primary.policy
+        result = await run_primary(
+            lambda: _run(state, chosen, explain, stage_ids),
+            check=check,
+            deadline_s=deadline_s,
+            classify=_failure,
+            label=primary.name,
+        )
+        if result.decision is not None:
+            decision, steps = result.decision
+            return _Outcome(
+                decision,
+                primary.name,
+                primary.version,
+                primary.kind,
+                False,
+                None,
+                None,
+                steps,
+                (time.perf_counter() - started) * 1000.0,
+            )
+        reason, detail = result.reason, result.detail
     name = fallback if is_dag_heuristic(fallback) else DOMAIN.default_fallback
-    decision, steps = await anyio.to_thread.run_sync(
-        _run, state, _heuristic(name, alpha), explain, stage_ids
+    decision, steps = await run_fallback(
+        lambda: _run(state, _heuristic(name, alpha), explain, stage_ids),
+        check=check,
+        empty=lambda: (
+            DagDecision(_base(name), (), (), state.free_slots),
+            [] if explain else None,
+        ),
+        label=name,
     )
-    problems = check_decision(state, decision)
-    if problems:
-        logger.error("DAG fallback %s broke invariants: %s", name, problems)
-        decision = DagDecision(_base(name), (), (), state.free_slots)
-        steps = [] if explain else None
     return _Outcome(
         decision,
         _base(name),
@@ -539,6 +531,12 @@ async def decide_dag(
         steps,
         (time.perf_counter() - started) * 1000.0,
     )
+
+
+def _failure(exc: Exception) -> FallbackReason:
+    if isinstance(exc, InvalidPickError):
+        return FallbackReason.INVALID_PICK
+    return FallbackReason.INFERENCE_ERROR
 
 
 async def shadow_allocations(
@@ -606,7 +604,7 @@ def _record(
             }
         )
     return DecisionRecord(
-        id=_new_id("dec"),
+        id=new_decision_id(),
         request_id=request_id,
         tenant=tenant,
         cluster_pk=None if cluster is None else cluster.pk,
@@ -871,7 +869,7 @@ async def schedule_round(
         raw=raw,
         outcome=outcome,
         placements=placements,
-        request_id=request_id or _new_id("req"),
+        request_id=request_id or new_request_id(),
         dry_run=body.dry_run,
         shadow=shadow,
     )
@@ -937,7 +935,7 @@ async def decide_snapshot(
         raw=raw,
         outcome=outcome,
         placements=placements,
-        request_id=request_id or _new_id("req"),
+        request_id=request_id or new_request_id(),
         dry_run=True,
     )
     record.created_at = utc_now()

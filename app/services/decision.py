@@ -56,6 +56,7 @@ from app.policy.registry import (
     qualified,
     version_key,
 )
+from app.services.chain import run_fallback
 from app.services.errors import TooManyRequestsError
 from app.settings import Settings
 from app.tuning.card import is_heuristic_card
@@ -496,11 +497,6 @@ class DecisionService:
             return None
         return policy
 
-    async def _run(self, state: ClusterState, policy: Policy, config: DecisionConfig) -> Decision:
-        return await anyio.to_thread.run_sync(
-            decide, state, policy, config, limiter=self._limiter, abandon_on_cancel=True
-        )
-
     async def decide(
         self,
         state: ClusterState,
@@ -594,12 +590,13 @@ class DecisionService:
         self, state: ClusterState, name: str, config: DecisionConfig, request_id: str
     ) -> Decision:
         policy = self._resolve(name) or get_heuristic(DEFAULT_FALLBACK)
-        decision = await self._run(state, policy, config)
-        problems = check_decision(state, decision)
-        if problems:  # never apply an unsafe decision; an empty one is always safe
-            logger.error("fallback %s broke invariants on %s: %s", name, request_id, problems)
-            return Decision((), (), len(state.pending), policy.ref)
-        return decision
+        return await run_fallback(
+            lambda: decide(state, policy, config),
+            check=lambda d: check_decision(state, d),
+            empty=lambda: Decision((), (), len(state.pending), policy.ref),
+            label=f"{name} on {request_id}",
+            limiter=self._limiter,
+        )
 
 
 def allocations_json(allocations: Sequence[Allocation]) -> list[dict[str, Any]]:

@@ -7,10 +7,12 @@ A stateful round runs inside the request's transaction, the cluster row locked b
 1. load the nodes (GPUs = ``capacity["gpu"]``) and the pending and running jobs with their
    attained service, advanced to ``now`` for the running ones (a running job accrues its GPUs x
    the seconds since its counters were last advanced; its restart delay runs down meanwhile);
-2. decide with the cluster's policy off the event loop; a learned policy that is missing, is
-   refused, fails, misses the deadline or breaks an invariant
-   (:func:`~app.domains.gpu.validation.validate_decision`) gives way to the cluster's fallback
-   heuristic, and the decision says why (:class:`~app.outcomes.FallbackReason`);
+2. decide with the cluster's policy off the event loop, through the shared fallback chain
+   (:mod:`app.services.chain`): a policy that is missing, is refused, fails, misses the
+   deadline or breaks an invariant (:func:`~app.domains.gpu.validation.validate_decision`)
+   gives way to the cluster's fallback heuristic, and the decision says why
+   (:class:`~app.outcomes.FallbackReason`); a fallback decision that breaks an invariant is
+   replaced by the empty one (every running job kept, nothing started);
 3. store the decision with its input (the GPU codec's snapshot in ``/v1/decide`` shape) and,
    unless ``dry_run``, apply it in the same transaction: preempted jobs return to pending
    keeping their service (``preemptions`` + 1), allocated jobs start (``starts`` + 1), resized
@@ -22,10 +24,9 @@ A job's counters change only here, from Kairos's own decisions; the caller never
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -76,12 +77,13 @@ from app.kernel.errors import SnapshotError
 from app.outcomes import FallbackReason
 from app.schemas.decision import DecisionRead, ScheduleRequest
 from app.schemas.gpu import APP_LABEL, GpuClusterSettings, GpuDecideRequest
+from app.services.chain import run_fallback, run_primary
 from app.services.context import Ctx
 from app.services.convert import clean, decision_read, estimate_of, finite_json, gpu_settings
 from app.services.decision import DecisionService, split_policy
 from app.services.errors import ConflictError, ErrorItem, UnprocessableError
 from app.services.policy_names import check_fallback_name, check_policy_name, default_policy
-from app.services.rounds import round_timings, store_decision
+from app.services.rounds import new_decision_id, new_request_id, round_timings, store_decision
 from app.settings import Settings
 
 
@@ -167,15 +169,16 @@ async def _resolve(
     return _Primary(model.policy(model.window + running if running else None))
 
 
-def _decide_checked(state: ClusterSnapshot, policy: GpuPolicy, config: GpuConfig) -> GpuDecision:
-    decision = _decide_with(state, policy, config)
-    validate_decision(state, decision)
-    return decision
+def _problems(state: ClusterSnapshot, decision: GpuDecision) -> list[str]:
+    """The invariant a GPU decision breaks on ``state`` (empty when it is safe to apply)."""
+    try:
+        validate_decision(state, decision)
+    except InvalidDecisionError as exc:
+        return [str(exc)]
+    return []
 
 
 def _failure(exc: Exception) -> FallbackReason:
-    if isinstance(exc, InvalidDecisionError):
-        return FallbackReason.INVALID_DECISION
     if type(exc).__name__ == "PolicyOutputError":
         return (
             FallbackReason.NON_FINITE_OUTPUT
@@ -215,9 +218,8 @@ async def _decide(
 ) -> _Outcome:
     """``policy`` with ``fallback`` behind it, off the event loop. The snapshot is validated
     here, once, for both (an inconsistent one is a 422 naming the field under
-    ``field_prefix``); every decision is checked against it (:func:`_decide_checked`), and a
-    fallback heuristic's decision that broke an invariant would be a bug in the domain, and
-    raises."""
+    ``field_prefix``); the chain (:mod:`app.services.chain`) checks every decision against it
+    (:func:`_problems`)."""
     started = time.perf_counter()
     try:
         await anyio.to_thread.run_sync(validate_snapshot, state)
@@ -226,22 +228,27 @@ async def _decide(
     running = sum(1 for j in state.jobs if j.running)
     primary = await _resolve(policy, decisions, tenant, running=running)
     reason, detail = primary.reason, primary.detail
+    check = functools.partial(_problems, state)
     if primary.policy is not None:
-        heuristic = isinstance(primary.policy, GpuHeuristic)
-        try:
-            work = asyncio.to_thread(_decide_checked, state, primary.policy, config)
-            decision = await (work if heuristic else asyncio.wait_for(work, deadline_ms / 1000))
-        except TimeoutError:
-            reason, detail = FallbackReason.DEADLINE_EXCEEDED, f"no answer in {deadline_ms} ms"
-        except Exception as exc:
-            if heuristic:
-                raise
-            reason, detail = _failure(exc), f"{type(exc).__name__}: {exc}"
-            logger.warning("gpu policy %s failed, fallback %s decides: %s", policy, fallback, exc)
-        else:
-            return _Outcome(decision, False, None, None, _ms(started))
+        chosen = primary.policy
+        result = await run_primary(
+            lambda: _decide_with(state, chosen, config),
+            check=check,
+            # a heuristic answers in time linear in the jobs: only a model has a deadline
+            deadline_s=None if isinstance(chosen, GpuHeuristic) else deadline_ms / 1000,
+            classify=_failure,
+            label=policy,
+        )
+        if result.decision is not None:
+            return _Outcome(result.decision, False, None, None, _ms(started))
+        reason, detail = result.reason, result.detail
     h = get_heuristic(split_policy(fallback)[0])
-    decision = await anyio.to_thread.run_sync(_decide_checked, state, h, config)
+    decision = await run_fallback(
+        lambda: _decide_with(state, h, config),
+        check=check,
+        empty=lambda: GpuDecision(policy=h.ref),
+        label=fallback,
+    )
     return _Outcome(decision, True, reason, detail, _ms(started))
 
 
@@ -314,7 +321,7 @@ def _record(
     d = outcome.decision
     ref: PolicyRef = d.policy
     return DecisionRecord(
-        id=f"dec_{uuid.uuid4().hex}",
+        id=new_decision_id(),
         request_id=request_id,
         tenant=tenant,
         cluster_pk=None if cluster is None else cluster.pk,
@@ -340,7 +347,7 @@ def _record(
 
 
 def _request_id(request_id: str | None) -> str:
-    return request_id or f"req_{uuid.uuid4().hex}"
+    return request_id or new_request_id()
 
 
 def _deadline(body_ms: float | None, settings: Settings, state: ClusterSnapshot) -> float:

@@ -235,3 +235,46 @@ def test_a_gpu_cluster_stores_its_settings_and_others_nothing() -> None:
     plain = ClusterUpsert.model_validate({"domain": "gpu", "resources": ["gpu"]})
     assert domain_config(plain) == {"gpu": GpuClusterSettings().model_dump(mode="json")}
     assert domain_config(ClusterUpsert.model_validate({"resources": ["cpu"]})) is None
+
+
+async def test_a_fallback_that_breaks_an_invariant_answers_the_empty_decision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Never a 500 and never an unsafe decision: a heuristic whose decision breaks an
+    invariant (a bug in the domain) is replaced by the empty decision, which keeps every
+    running job and starts nothing."""
+
+    def broken(state: ClusterSnapshot, policy: Any, config: GpuConfig) -> GpuDecision:
+        return GpuDecision(policy=policy.ref, preemptions=("a",))  # "a" is not running
+
+    monkeypatch.setattr(gpu_rounds, "_decide_with", broken)
+    out = await _decide(None)
+    assert (out.fallback_used, out.reason) == (True, FallbackReason.MODEL_MISSING)
+    assert out.decision == GpuDecision(policy=out.decision.policy)
+    assert out.decision.policy.name == "tiresias-2dlas"
+
+
+async def test_a_heuristic_primary_that_raises_gives_way_to_the_fallback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = gpu_rounds._decide_with
+
+    def las_raises(state: ClusterSnapshot, policy: Any, config: GpuConfig) -> GpuDecision:
+        if policy.ref.name == "las":
+            raise ZeroDivisionError("a bug in las")
+        return real(state, policy, config)
+
+    monkeypatch.setattr(gpu_rounds, "_decide_with", las_raises)
+    out = await gpu_rounds._decide(
+        STATE,
+        policy="las",
+        fallback="tiresias-2dlas",
+        config=GpuConfig(),
+        decisions=_Decisions(None),  # type: ignore[arg-type]
+        tenant="t",
+        deadline_ms=5_000.0,
+        field_prefix="body.",
+    )
+    assert (out.fallback_used, out.reason) == (True, FallbackReason.INFERENCE_ERROR)
+    assert "ZeroDivisionError" in (out.detail or "")
+    assert out.decision.policy.name == "tiresias-2dlas"
