@@ -41,8 +41,7 @@ import anyio
 import anyio.to_thread
 
 from app.db.decision_input import pack as pack_input
-from app.db.decision_writer import DecisionWriter, DuplicateRequestError
-from app.db.engine import backend_unavailable
+from app.db.decision_writer import DecisionWriter
 from app.db.orm import ClusterRecord, DagRecord, DagStageRecord, DecisionRecord, JobRecord
 from app.db.repositories.dag_repository import DagRepository
 from app.db.repositories.node_repository import NodeRepository
@@ -79,9 +78,15 @@ from app.services.dags import (
     stage_job_id,
 )
 from app.services.decision import DecisionService
-from app.services.errors import ConflictError, ErrorItem, UnprocessableError
+from app.services.errors import UnprocessableError
 from app.services.policy_names import check_fallback_name, check_policy_name, default_policy
-from app.services.rounds import new_decision_id, new_request_id, store_decision
+from app.services.rounds import (
+    new_decision_id,
+    new_request_id,
+    snapshot_error,
+    store_decision,
+    store_stateless,
+)
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -647,11 +652,7 @@ def _snapshot_error(exc: SnapshotError, prefix: str) -> UnprocessableError:
     field_ = "trigger.job_id" if exc.field == "trigger_dag" else exc.field
     field_ = re.sub(r"\.progress\[", ".stage_progress[", field_)
     field_ = re.sub(r"(stage_progress\[\d+\])\.running$", r"\1.running_slots", field_)
-    return UnprocessableError(
-        f"the DAG snapshot is inconsistent: {exc.message}",
-        code="invalid_snapshot",
-        details=[ErrorItem(f"{prefix}{field_}", exc.message, "invalid_snapshot")],
-    )
+    return snapshot_error("DAG", f"{prefix}{field_}", exc.message)
 
 
 def _snapshot(raw: Mapping[str, Any], prefix: str) -> Snapshot:
@@ -939,17 +940,4 @@ async def decide_snapshot(
         dry_run=True,
     )
     record.created_at = utc_now()
-    if not store:
-        return decision_read(record).model_copy(update={"stored": False})
-    try:
-        await writer.add(record)
-    except DuplicateRequestError:
-        raise ConflictError(
-            f"request {record.request_id!r} was already decided", code="duplicate_request"
-        ) from None
-    except Exception as exc:
-        if not backend_unavailable(exc):
-            raise
-        logger.warning("decision %s answered unstored: database unavailable: %r", record.id, exc)
-        return decision_read(record).model_copy(update={"stored": False})
-    return decision_read(record)
+    return await store_stateless(record, writer=writer, store=store)

@@ -34,8 +34,7 @@ from typing import Any, Protocol
 import anyio
 
 from app.db.decision_input import pack as pack_input
-from app.db.decision_writer import DecisionWriter, DuplicateRequestError
-from app.db.engine import backend_unavailable
+from app.db.decision_writer import DecisionWriter
 from app.db.orm import ClusterRecord, DecisionRecord
 from app.db.repositories.gpu_service_repository import (
     ServiceRow,
@@ -81,9 +80,16 @@ from app.services.chain import run_fallback, run_primary
 from app.services.context import Ctx
 from app.services.convert import clean, decision_read, estimate_of, finite_json, gpu_settings
 from app.services.decision import DecisionService, split_policy
-from app.services.errors import ConflictError, ErrorItem, UnprocessableError
+from app.services.errors import UnprocessableError
 from app.services.policy_names import check_fallback_name, check_policy_name, default_policy
-from app.services.rounds import new_decision_id, new_request_id, round_timings, store_decision
+from app.services.rounds import (
+    new_decision_id,
+    new_request_id,
+    round_timings,
+    snapshot_error,
+    store_decision,
+    store_stateless,
+)
 from app.settings import Settings
 
 
@@ -197,14 +203,6 @@ class _Outcome:
     latency_ms: float
 
 
-def _snapshot_error(exc: SnapshotError, prefix: str) -> UnprocessableError:
-    return UnprocessableError(
-        f"the GPU snapshot is inconsistent: {exc.message}",
-        code="invalid_snapshot",
-        details=[ErrorItem(f"{prefix}{exc.field}", exc.message, "invalid_snapshot")],
-    )
-
-
 async def _decide(
     state: ClusterSnapshot,
     *,
@@ -224,7 +222,7 @@ async def _decide(
     try:
         await anyio.to_thread.run_sync(validate_snapshot, state)
     except SnapshotError as exc:
-        raise _snapshot_error(exc, field_prefix) from None
+        raise snapshot_error("GPU", f"{field_prefix}{exc.field}", exc.message) from None
     running = sum(1 for j in state.jobs if j.running)
     primary = await _resolve(policy, decisions, tenant, running=running)
     reason, detail = primary.reason, primary.detail
@@ -589,7 +587,7 @@ async def decide_snapshot(
     try:
         state = state_from_request(body)
     except SnapshotError as exc:
-        raise _snapshot_error(exc, "body.") from None
+        raise snapshot_error("GPU", f"body.{exc.field}", exc.message) from None
     loaded_at = time.perf_counter()
     gpu_settings = body.gpu or GpuClusterSettings()
     policy = body.policy or default_policy(GPU_CODEC, "easy", decisions, settings, tenant)
@@ -620,19 +618,7 @@ async def decide_snapshot(
             state, policy=policy, fallback=fallback, settings=gpu_settings, explain=body.explain
         ),
     )
-    if not store:
-        return decision_read(record).model_copy(update={"stored": False})
-    try:
-        await writer.add(record)
-        if timings is not None:
-            timings.persist_s = time.perf_counter() - decided_at
-    except DuplicateRequestError:
-        raise ConflictError(
-            f"request {record.request_id!r} was already decided", code="duplicate_request"
-        ) from None
-    except Exception as exc:
-        if not backend_unavailable(exc):
-            raise
-        logger.warning("decision %s answered unstored: database unavailable: %r", record.id, exc)
-        return decision_read(record).model_copy(update={"stored": False})
-    return decision_read(record)
+    answer = await store_stateless(record, writer=writer, store=store)
+    if timings is not None and answer.stored:
+        timings.persist_s = time.perf_counter() - decided_at
+    return answer

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.db.decision_input import pack as pack_input
-from app.db.decision_writer import DecisionWriter, DuplicateRequestError
-from app.db.engine import backend_unavailable
+from app.db.decision_writer import DecisionWriter
 from app.db.orm import ClusterRecord, DecisionRecord
 from app.db.repositories.job_repository import JobRepository, JobRow, JobStart, job_rows, start_jobs
 from app.db.repositories.node_repository import NodeRow, node_rows, set_allocated
@@ -62,9 +61,16 @@ from app.services.decision import (
 )
 from app.services.decisions import SNAPSHOT_CODEC, SNAPSHOT_CODEC_KEY
 from app.services.dependencies import check_snapshot_dependencies
-from app.services.errors import ConflictError, ErrorItem, UnprocessableError
+from app.services.errors import ErrorItem, UnprocessableError
 from app.services.gpu_jobs import check_hpc_snapshot
-from app.services.rounds import new_decision_id, new_request_id, round_timings, store_decision
+from app.services.rounds import (
+    new_decision_id,
+    new_request_id,
+    round_timings,
+    snapshot_error,
+    store_decision,
+    store_stateless,
+)
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -127,14 +133,6 @@ def decision_record(
     )
 
 
-def _snapshot_error(exc: InvalidSnapshotError, prefix: str) -> UnprocessableError:
-    return UnprocessableError(
-        f"the cluster snapshot is inconsistent: {exc.message}",
-        code="invalid_snapshot",
-        details=[ErrorItem(f"{prefix}{exc.field}", exc.message, "invalid_snapshot")],
-    )
-
-
 async def _decide(
     decisions: DecisionService,
     state: ClusterState,
@@ -151,7 +149,7 @@ async def _decide(
             state, spec, request_id=request_id, deadline_s=deadline_ms / 1000.0
         )
     except InvalidSnapshotError as exc:
-        raise _snapshot_error(exc, field_prefix) from None
+        raise snapshot_error("cluster", f"{field_prefix}{exc.field}", exc.message) from None
 
 
 # -- stateful: /v1/clusters/{id}/schedule ----------------------------------------------------------
@@ -458,21 +456,7 @@ async def decide_snapshot(
         request_id=request_id,
         dry_run=True,
     )
-    if not store:
-        record.created_at = utc_now()
-        return decision_read(record).model_copy(update={"stored": False})
-    try:
-        await writer.add(record)
-    except DuplicateRequestError:
-        raise ConflictError(
-            f"request {record.request_id!r} was already decided", code="duplicate_request"
-        ) from None
-    except Exception as exc:
-        if not backend_unavailable(exc):
-            raise
-        logger.warning("decision %s answered unstored: database unavailable: %r", record.id, exc)
-        return decision_read(record).model_copy(update={"stored": False})
-    answer = decision_read(record)
+    answer = await store_stateless(record, writer=writer, store=store)
     if timings is not None:
         timings.persist_s = time.perf_counter() - decided_at
     return answer

@@ -13,6 +13,7 @@ decision and request ids, the stored decision's insert and the benchmarks' timin
 from __future__ import annotations
 
 import importlib
+import logging
 import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -20,13 +21,16 @@ from typing import Any, Final, Protocol, cast
 
 from sqlalchemy.exc import IntegrityError
 
-from app.db.decision_writer import DecisionWriter
+from app.db.decision_writer import DecisionWriter, DuplicateRequestError
+from app.db.engine import backend_unavailable
 from app.db.orm import ClusterRecord, DecisionRecord
 from app.db.repositories.decision_repository import DecisionRepository
+from app.kernel.clock import utc_now
 from app.schemas.decision import DecisionRead, ScheduleRequest
 from app.services.context import Ctx
+from app.services.convert import decision_read
 from app.services.decision import DecisionService
-from app.services.errors import ConflictError
+from app.services.errors import ConflictError, ErrorItem, UnprocessableError
 from app.settings import Settings
 
 __all__ = [
@@ -39,8 +43,12 @@ __all__ = [
     "round_function",
     "round_timings",
     "served_domains",
+    "snapshot_error",
     "store_decision",
+    "store_stateless",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: domain -> the module of its rounds: ``schedule_round`` (a stateful round on a locked cluster)
 #: and ``decide_snapshot`` (``/v1/decide``)
@@ -141,3 +149,43 @@ async def store_decision(ctx: Ctx, record: DecisionRecord) -> None:
         raise ConflictError(
             f"request {record.request_id!r} was already decided", code="duplicate_request"
         ) from None
+
+
+async def store_stateless(
+    record: DecisionRecord, *, writer: DecisionWriter, store: bool
+) -> DecisionRead:
+    """Store a ``/v1/decide`` decision through the group-commit writer (ADR 0026) and answer it.
+
+    A duplicate ``request_id`` is a 409 ``duplicate_request``. When ``store`` is false (the
+    request's ``Idempotency-Key`` could not be claimed) or the database cannot be reached, the
+    decision is answered with ``stored: false``: it is not known to be in the log, and a retry can
+    never make it two stored decisions for one key (ADR 0087)."""
+    if store:
+        try:
+            await writer.add(record)
+        except DuplicateRequestError:
+            raise ConflictError(
+                f"request {record.request_id!r} was already decided", code="duplicate_request"
+            ) from None
+        except Exception as exc:
+            if not backend_unavailable(exc):
+                raise
+            logger.warning(
+                "decision %s answered unstored: database unavailable: %r", record.id, exc
+            )
+        else:
+            return decision_read(record)
+    # a record that was never inserted has no created_at yet (the column's default is applied
+    # on INSERT)
+    record.created_at = record.created_at or utc_now()
+    return decision_read(record).model_copy(update={"stored": False})
+
+
+def snapshot_error(what: str, field: str, message: str) -> UnprocessableError:
+    """The 422 ``invalid_snapshot`` of a snapshot that breaks its domain's invariants (``what``
+    names the snapshot in the message), naming ``field`` as the request spells it."""
+    return UnprocessableError(
+        f"the {what} snapshot is inconsistent: {message}",
+        code="invalid_snapshot",
+        details=[ErrorItem(field, message, "invalid_snapshot")],
+    )
