@@ -1,7 +1,7 @@
 """Scheduling rounds at real cluster sizes: the stateful round and ``POST /v1/decide``.
 
 Usage: ``python -m benchmarks.scale [--domain hpc|gpu] [--quick] [--sizes 16x64,100x1000]
-[--database-url URL] [--deadline-ms MS] [--no-core] [--cell-timeout S]``
+[--database-url URL] [--deadline-ms MS] [--no-core] [--given] [--cell-timeout S]``
 
 For each size (nodes x pending gangs; default 16x64, 100x1000, 1000x5000, 5000x10000 and
 10000x50000, ``--quick`` the first three) a child process starts the service in process (the
@@ -10,7 +10,12 @@ as a user would (``PUT .../nodes`` and ``POST .../jobs/batch`` in chunks of 10,0
 cpu, 256 GB and 0, 0, 4 or 8 gpus; gangs of 1, 1, 2, 4 or 16 tasks), and then times:
 
 * ``stateful``: one ``POST /v1/clusters/{id}/schedule`` (applied), after a dry run of it;
-* ``decide``: one ``POST /v1/decide`` of the same snapshot (the body encoded beforehand).
+* ``decide``: one ``POST /v1/decide`` of the same snapshot (the body encoded beforehand);
+* ``given`` (with ``--given``): the stateful round on a second cluster built the same way, its
+  decision computed beforehand (a dry run) and handed back by the pipeline at no cost. The
+  service still validates the snapshot, checks the decision's invariants, stores it and applies
+  it: ``given`` is what the round costs around the policy, a floor that no decision core can
+  go below.
 
 Each is split into ``load`` (reading the snapshot: rows for the round, the checks and the
 snapshot build for ``/v1/decide``), ``decide`` (the policy with its fallback chain), ``persist``
@@ -305,8 +310,62 @@ def _core_seconds(body: dict[str, Any]) -> float:
     return time.perf_counter() - started
 
 
+def _given_decider(answer: dict[str, Any]) -> Any:
+    """A stand-in for the pipeline's ``decide_many`` that answers every request with the
+    decision ``answer`` (a ``DecisionRead`` body) at no cost."""
+    from collections.abc import Sequence
+
+    from app.domains.hpc.types import Allocation, Decision, Placement, PolicyRef, Reservation
+    from app.outcomes import DecisionOutcome, DecisionRequest
+
+    allocations = tuple(
+        Allocation(a["job_id"], tuple(Placement(p["node_id"], p["tasks"]) for p in a["placements"]))
+        for a in answer["allocations"]
+    )
+    reservations = tuple(Reservation(r["job_id"], r["start_at"]) for r in answer["reservations"])
+    p = answer["policy"]
+    ref = PolicyRef(p["name"], p["version"], p["kind"])
+
+    def decide_given(
+        requests: Sequence[DecisionRequest], *_: object, **__: object
+    ) -> list[DecisionOutcome]:
+        return [
+            DecisionOutcome(
+                r.request_id, Decision(allocations, reservations, len(r.state.pending), ref)
+            )
+            for r in requests
+        ]
+
+    return decide_given
+
+
+async def _given_row(c: Any, nodes: int, jobs: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """The ``given`` row: a second cluster of the same workload, its round's decision computed
+    by a dry run first and handed back by the pipeline for free."""
+    import app.policy.pipeline as pipeline
+    from app.services.rounds import RoundTimings, round_timings
+
+    cid = "scale-given"
+    await build_cluster(c, cid, nodes, jobs)
+    r = await c.post(f"/v1/clusters/{cid}/schedule", json={"now": NOW, "dry_run": True})
+    assert r.status_code == 200, r.text[:300]
+    decided = getattr(pipeline, "decide_many")  # noqa: B009 (the function patched below)
+    setattr(pipeline, "decide_many", _given_decider(r.json()))  # noqa: B010 (a deliberate patch)
+    try:
+        timings = RoundTimings()
+        token = round_timings.set(timings)
+        started = time.perf_counter()
+        r = await c.post(f"/v1/clusters/{cid}/schedule", json={"now": NOW, **extra})
+        total = time.perf_counter() - started
+        round_timings.reset(token)
+    finally:
+        setattr(pipeline, "decide_many", decided)  # noqa: B010
+    assert r.status_code == 200, r.text[:300]
+    return _row(r.json(), timings, total)
+
+
 async def _cell(
-    nodes: int, jobs: int, url: str, deadline_ms: float | None, core: bool
+    nodes: int, jobs: int, url: str, deadline_ms: float | None, core: bool, given: bool = False
 ) -> dict[str, Any]:
     import httpx
 
@@ -361,6 +420,8 @@ async def _cell(
             round_timings.reset(token)
             assert r.status_code == 200, r.text[:300]
             out["decide"] = _row(r.json(), timings, total)
+            if given:
+                out["given"] = await _given_row(c, nodes, jobs, extra)
     if core:
         out["core_s"] = _core_seconds(decide_body)
     out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -402,14 +463,19 @@ def run_cell(
     deadline_ms: float | None,
     core: bool,
     domain: str = "hpc",
+    given: bool = False,
 ) -> dict[str, Any]:
-    cell = _gpu_cell if domain == "gpu" else _cell
+    def cell(url: str) -> Any:
+        if domain == "gpu":
+            return _gpu_cell(nodes, jobs, url, deadline_ms, core)
+        return _cell(nodes, jobs, url, deadline_ms, core, given)
+
     if database_url is None:
         with tempfile.TemporaryDirectory(prefix="kairos-scale-") as tmp:
-            return asyncio.run(cell(nodes, jobs, f"sqlite:///{tmp}/kairos.db", deadline_ms, core))
+            return asyncio.run(cell(f"sqlite:///{tmp}/kairos.db"))
     name, url = asyncio.run(_pg_database(database_url))
     try:
-        return asyncio.run(cell(nodes, jobs, url, deadline_ms, core))
+        return asyncio.run(cell(url))
     finally:
         asyncio.run(_pg_drop(database_url, name))
 
@@ -434,6 +500,8 @@ def _child(args: argparse.Namespace, nodes: int, jobs: int) -> dict[str, Any] | 
         command += ["--deadline-ms", str(args.deadline_ms)]
     if args.no_core:
         command.append("--no-core")
+    if args.given:
+        command.append("--given")
     try:
         done = subprocess.run(
             command, cwd=ROOT, capture_output=True, text=True, timeout=args.cell_timeout
@@ -453,8 +521,10 @@ def _print(result: dict[str, Any]) -> None:
     if "running" in result:
         print(f"{'':<9}{size:>12}  {result['running']} of the active jobs running before")
     raw = result["raw_s"]
-    for kind in ("stateful", "decide"):
-        row = result[kind]
+    for kind in ("stateful", "decide", "given"):
+        row = result.get(kind)
+        if row is None:
+            continue
         core = result.get("core_s")
         print(
             f"{kind:<9}{size:>12}{row['load_s']:>8.3f}{row['decide_s']:>8.3f}"
@@ -486,6 +556,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--deadline-ms", type=float, help="the requests' deadline_ms")
     parser.add_argument("--no-core", action="store_true", help="skip decide() alone")
+    parser.add_argument(
+        "--given",
+        action="store_true",
+        help="hpc: also time the round with its decision given for free (a second cluster): "
+        "what the service costs around the policy",
+    )
     parser.add_argument("--cell-timeout", type=float, default=1800.0, help="seconds per size")
     parser.add_argument("--cell", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -494,7 +570,13 @@ def main(argv: list[str]) -> int:
         print(
             json.dumps(
                 run_cell(
-                    nodes, jobs, args.database_url, args.deadline_ms, not args.no_core, args.domain
+                    nodes,
+                    jobs,
+                    args.database_url,
+                    args.deadline_ms,
+                    not args.no_core,
+                    args.domain,
+                    args.given,
                 )
             )
         )
