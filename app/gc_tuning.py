@@ -9,6 +9,14 @@ every request in flight for as long as the walk takes.
 moves every survivor to the permanent generation, which later collections skip. Garbage created
 afterwards is collected as before. :func:`thaw` undoes it at shutdown, so a process that builds
 and tears down many apps (the test suite) does not keep their heaps forever.
+
+:func:`set_young_threshold` spaces the youngest generation's collections: CPython makes a full
+pass after every tenth collection of the middle generation, itself after every tenth of the
+youngest, so the youngest's threshold sets how many allocations lie between two full passes. A
+round at real cluster sizes allocates hundreds of thousands of containers that all stay alive
+until it ends; at CPython's default of 700 several full passes walk them (and every other live
+object) within one round, and free nothing. Garbage in reference cycles waits longer for its
+collection; everything else is freed by reference counting as before.
 """
 
 from __future__ import annotations
@@ -32,3 +40,18 @@ def freeze_startup_heap() -> int:
 def thaw() -> None:
     """Return the frozen objects to the oldest generation (they are collectable again)."""
     gc.unfreeze()
+
+
+def set_young_threshold(threshold: int) -> tuple[int, int, int]:
+    """Collect the youngest generation once allocations exceed deallocations by ``threshold``
+    (the older generations' thresholds unchanged; 0 changes nothing); returns the thresholds
+    before, for :func:`restore_thresholds`."""
+    before: tuple[int, int, int] = gc.get_threshold()
+    if threshold > 0:
+        gc.set_threshold(threshold, before[1], before[2])
+    return before
+
+
+def restore_thresholds(thresholds: tuple[int, int, int]) -> None:
+    """Put back what :func:`set_young_threshold` returned."""
+    gc.set_threshold(*thresholds)

@@ -31,7 +31,7 @@ from app.db.decision_writer import DecisionWriter
 from app.db.engine import make_engine
 from app.db.migrate import is_behind, upgrade_to_head
 from app.db.session import Database
-from app.gc_tuning import freeze_startup_heap, thaw
+from app.gc_tuning import freeze_startup_heap, restore_thresholds, set_young_threshold, thaw
 from app.heartbeat import beating
 from app.observability import Metrics, multiprocess_dir
 from app.policy.pipeline import pipeline_from_settings, report_policies
@@ -103,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if settings.IDEMPOTENCY_TTL_S > 0
             else None
         )
+        thresholds: tuple[int, int, int] | None = None
         try:
             if settings.AUTO_MIGRATE and await is_behind(engine):
                 logger.info("database schema is behind; upgrading to head")
@@ -117,9 +118,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.decision_writer = writer
             if settings.GC_FREEZE:
                 freeze_startup_heap()
+            thresholds = set_young_threshold(settings.GC_GEN0_THRESHOLD)
             async with metrics.shared(), beating(settings.HEARTBEAT_DIR):
                 yield
         finally:
+            if thresholds is not None:
+                restore_thresholds(thresholds)
             if settings.GC_FREEZE:
                 thaw()
             if janitor is not None:

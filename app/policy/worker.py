@@ -15,7 +15,7 @@ import signal
 from collections.abc import Callable, Sequence
 
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
-from app.gc_tuning import freeze_startup_heap, thaw
+from app.gc_tuning import freeze_startup_heap, restore_thresholds, set_young_threshold, thaw
 from app.outcomes import DecisionOutcome, DecisionRequest, Deliver, Wanted
 from app.policy.pipeline import pipeline_from_settings, report_policies
 from app.policy.registry import PolicyRegistry, watching
@@ -77,10 +77,12 @@ async def run_worker(settings: Settings, *, consumer: str | None = None) -> int:
         loop.add_signal_handler(sig, worker.stop)
     if settings.GC_FREEZE:
         freeze_startup_heap()
+    thresholds = set_young_threshold(settings.GC_GEN0_THRESHOLD)
     try:
         async with watching(registry, settings.MODELS_RESCAN_S):
             await worker.run()
     finally:
+        restore_thresholds(thresholds)
         if settings.GC_FREEZE:
             thaw()
     logger.info("worker %s stopped after %d batches", worker.consumer, worker.batches)
