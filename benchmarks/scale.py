@@ -190,7 +190,6 @@ async def _gpu_cell(
     import httpx
 
     from app.main import create_app
-    from app.services.rounds import RoundTimings, round_timings
     from app.settings import Settings
 
     settings = Settings(
@@ -216,29 +215,17 @@ async def _gpu_cell(
 
             r = await c.post(f"/v1/clusters/{cid}/schedule", json={"now": now, "dry_run": True})
             assert r.status_code == 200, r.text[:300]
-            timings = RoundTimings()
-            token = round_timings.set(timings)
-            started = time.perf_counter()
-            r = await c.post(f"/v1/clusters/{cid}/schedule", json={"now": now, **extra})
-            total = time.perf_counter() - started
-            round_timings.reset(token)
-            assert r.status_code == 200, r.text[:300]
-            out["stateful"] = _row(r.json(), timings, total)
+            answer, out["stateful"] = await _timed(
+                c, f"/v1/clusters/{cid}/schedule", json={"now": now, **extra}
+            )
 
-            detail = (await c.get(f"/v1/decisions/{r.json()['id']}")).json()
+            detail = (await c.get(f"/v1/decisions/{answer['id']}")).json()
             decide_body = {**detail["input"], **extra}
             out["running"] = sum(1 for j in decide_body["jobs"] if j.get("allocation"))
             content = json.dumps(decide_body).encode()
-            timings = RoundTimings()
-            token = round_timings.set(timings)
-            started = time.perf_counter()
-            r = await c.post(
-                "/v1/decide", content=content, headers={"Content-Type": "application/json"}
+            _, out["decide"] = await _timed(
+                c, "/v1/decide", content=content, headers={"Content-Type": "application/json"}
             )
-            total = time.perf_counter() - started
-            round_timings.reset(token)
-            assert r.status_code == 200, r.text[:300]
-            out["decide"] = _row(r.json(), timings, total)
     if core:
         out["core_s"] = _gpu_core_seconds(decide_body)
     out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -343,7 +330,6 @@ async def _given_row(c: Any, nodes: int, jobs: int, extra: dict[str, Any]) -> di
     """The ``given`` row: a second cluster of the same workload, its round's decision computed
     by a dry run first and handed back by the pipeline for free."""
     import app.policy.pipeline as pipeline
-    from app.services.rounds import RoundTimings, round_timings
 
     cid = "scale-given"
     await build_cluster(c, cid, nodes, jobs)
@@ -352,16 +338,10 @@ async def _given_row(c: Any, nodes: int, jobs: int, extra: dict[str, Any]) -> di
     decided = getattr(pipeline, "decide_many")  # noqa: B009 (the function patched below)
     setattr(pipeline, "decide_many", _given_decider(r.json()))  # noqa: B010 (a deliberate patch)
     try:
-        timings = RoundTimings()
-        token = round_timings.set(timings)
-        started = time.perf_counter()
-        r = await c.post(f"/v1/clusters/{cid}/schedule", json={"now": NOW, **extra})
-        total = time.perf_counter() - started
-        round_timings.reset(token)
+        _, row = await _timed(c, f"/v1/clusters/{cid}/schedule", json={"now": NOW, **extra})
     finally:
         setattr(pipeline, "decide_many", decided)  # noqa: B010
-    assert r.status_code == 200, r.text[:300]
-    return _row(r.json(), timings, total)
+    return row
 
 
 async def _cell(
@@ -370,7 +350,6 @@ async def _cell(
     import httpx
 
     from app.main import create_app
-    from app.services.rounds import RoundTimings, round_timings
     from app.settings import Settings
 
     settings = Settings(
@@ -401,31 +380,36 @@ async def _cell(
             # a dry run first, as a user previews a round (and the code paths are warm)
             r = await c.post(f"/v1/clusters/{cid}/schedule", json={"now": NOW, "dry_run": True})
             assert r.status_code == 200, r.text[:300]
-            timings = RoundTimings()
-            token = round_timings.set(timings)
-            started = time.perf_counter()
-            r = await c.post(f"/v1/clusters/{cid}/schedule", json={"now": NOW, **extra})
-            total = time.perf_counter() - started
-            round_timings.reset(token)
-            assert r.status_code == 200, r.text[:300]
-            out["stateful"] = _row(r.json(), timings, total)
-
-            timings = RoundTimings()
-            token = round_timings.set(timings)
-            started = time.perf_counter()
-            r = await c.post(
-                "/v1/decide", content=content, headers={"Content-Type": "application/json"}
+            _, out["stateful"] = await _timed(
+                c, f"/v1/clusters/{cid}/schedule", json={"now": NOW, **extra}
             )
-            total = time.perf_counter() - started
-            round_timings.reset(token)
-            assert r.status_code == 200, r.text[:300]
-            out["decide"] = _row(r.json(), timings, total)
+
+            _, out["decide"] = await _timed(
+                c, "/v1/decide", content=content, headers={"Content-Type": "application/json"}
+            )
             if given:
                 out["given"] = await _given_row(c, nodes, jobs, extra)
     if core:
         out["core_s"] = _core_seconds(decide_body)
     out["peak_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     return out
+
+
+async def _timed(c: Any, path: str, **request: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``POST path`` with the round's split recorded: the answer and its row."""
+    from app.services.rounds import RoundTimings, round_timings
+
+    timings = RoundTimings()
+    token = round_timings.set(timings)
+    started = time.perf_counter()
+    try:
+        r = await c.post(path, **request)
+    finally:
+        total = time.perf_counter() - started
+        round_timings.reset(token)
+    assert r.status_code == 200, r.text[:300]
+    answer: dict[str, Any] = r.json()
+    return answer, _row(answer, timings, total)
 
 
 def _row(d: dict[str, Any], timings: Any, total: float) -> dict[str, Any]:
