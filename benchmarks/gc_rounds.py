@@ -24,7 +24,7 @@ import tempfile
 import time
 from typing import Any
 
-from benchmarks.scale import NOW, build_cluster
+from benchmarks.scale import NOW, build_cluster, parse_sizes
 
 
 async def _rounds(nodes: int, jobs: int, thresholds: list[int], repeat: int) -> dict[int, Any]:
@@ -95,9 +95,7 @@ def main(argv: list[str]) -> int:
     thresholds = [int(t) for t in args.thresholds.split(",")]
     print("gc_rounds: dry-run rounds (s), ratio = median / the first threshold's median")
     print(f"{'size':>12}{'gen0':>10}{'median':>9}{'best':>9}{'ratio':>9}{'full/rd':>8}")
-    for item in args.sizes.split(","):
-        n, _, j = item.strip().lower().partition("x")
-        nodes, jobs = int(n), int(j)
+    for nodes, jobs in parse_sizes(args.sizes):
         _print(nodes, jobs, asyncio.run(_rounds(nodes, jobs, thresholds, args.repeat)))
     return 0
 

@@ -467,7 +467,7 @@ def run_cell(
 # -- the parent: one child per size, then the table --------------------------------------------
 
 
-def _sizes(text: str) -> list[tuple[int, int]]:
+def parse_sizes(text: str) -> list[tuple[int, int]]:
     sizes = []
     for item in text.split(","):
         n, _, j = item.strip().lower().partition("x")
@@ -550,7 +550,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cell", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.cell:
-        ((nodes, jobs),) = _sizes(args.cell)
+        ((nodes, jobs),) = parse_sizes(args.cell)
         print(
             json.dumps(
                 run_cell(
@@ -566,7 +566,7 @@ def main(argv: list[str]) -> int:
         )
         return 0
     default = GPU_SIZES if args.domain == "gpu" else QUICK_SIZES if args.quick else SIZES
-    sizes = _sizes(args.sizes) if args.sizes else list(default)
+    sizes = parse_sizes(args.sizes) if args.sizes else list(default)
     backend = "PostgreSQL" if args.database_url else "SQLite (embedded default)"
     per = "active" if args.domain == "gpu" else "pending"
     print(
