@@ -55,9 +55,9 @@ class Settings(BaseSettings):
     BATCH_ADAPTIVE_WAIT: bool = True
     #: Freeze the start-up heap out of the garbage collector's full passes (ADR 0068).
     GC_FREEZE: bool = True
-    #: Allocations between two collections of the garbage collector's youngest generation, and
-    #: so (times 100) between two full passes over the live heap (ADR 0053); 0: the
-    #: interpreter's own (700).
+    #: Allocations between two collections of the garbage collector's youngest generation (and,
+    #: with the older generations' thresholds of 10 and 10, a hundred times that between two
+    #: full passes over the live heap; ADR 0053); 0: the interpreter's own (700).
     GC_GEN0_THRESHOLD: int = Field(default=50_000, ge=0)
     #: Where uploads (``<MODELS_DIR>/_tenants/<owner>/...``, ADR 0088) and a deployment's own
     #: models (``<MODELS_DIR>/<name>/<version>/policy.onnx`` + ``card.json``) live; relative to
