@@ -109,7 +109,7 @@ def no_decision_app() -> Any:
             for r in requests
         ]
 
-    setattr(pipeline, "decide_many", decide_nothing)  # noqa: B010 (a deliberate patch)
+    setattr(pipeline, "decide_requests", decide_nothing)  # noqa: B010 (a deliberate patch)
     return create_app()
 
 

@@ -298,7 +298,7 @@ def _core_seconds(body: dict[str, Any]) -> float:
 
 
 def _given_decider(answer: dict[str, Any]) -> Any:
-    """A stand-in for the pipeline's ``decide_many`` that answers every request with the
+    """A stand-in for the pipeline's ``decide_requests`` that answers every request with the
     decision ``answer`` (a ``DecisionRead`` body) at no cost."""
     from collections.abc import Sequence
 
@@ -335,12 +335,12 @@ async def _given_row(c: Any, nodes: int, jobs: int, extra: dict[str, Any]) -> di
     await build_cluster(c, cid, nodes, jobs)
     r = await c.post(f"/v1/clusters/{cid}/schedule", json={"now": NOW, "dry_run": True})
     assert r.status_code == 200, r.text[:300]
-    decided = getattr(pipeline, "decide_many")  # noqa: B009 (the function patched below)
-    setattr(pipeline, "decide_many", _given_decider(r.json()))  # noqa: B010 (a deliberate patch)
+    decided = getattr(pipeline, "decide_requests")  # noqa: B009 (the function patched below)
+    setattr(pipeline, "decide_requests", _given_decider(r.json()))  # noqa: B010 (a deliberate patch)
     try:
         _, row = await _timed(c, f"/v1/clusters/{cid}/schedule", json={"now": NOW, **extra})
     finally:
-        setattr(pipeline, "decide_many", decided)  # noqa: B010
+        setattr(pipeline, "decide_requests", decided)  # noqa: B010
     return row
 
 

@@ -8,7 +8,7 @@ through this protocol and the domain's codec (JSON in, JSON out).  Invariants ev
 * ``validate`` raises :class:`~app.kernel.errors.SnapshotError` before any decision on a snapshot
   that breaks the domain's invariants, and never after;
 * ``state_from_json(state_to_json(s)) == s`` and the same for decisions (the stored input of a
-  decision replays it).
+  decision replays it) and for round configurations (a worker decides what the API asked).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 __all__ = ["Domain"]
 
 StateT = TypeVar("StateT")
-ConfigT = TypeVar("ConfigT", contravariant=True)
+ConfigT = TypeVar("ConfigT")
 DecisionT = TypeVar("DecisionT")
 PolicyT = TypeVar("PolicyT")
 
@@ -57,3 +57,9 @@ class Domain(Protocol[StateT, ConfigT, DecisionT, PolicyT]):
     def decision_to_json(self, decision: DecisionT) -> dict[str, Any]: ...
 
     def decision_from_json(self, raw: Mapping[str, Any]) -> DecisionT: ...
+
+    def config_to_json(self, config: ConfigT) -> dict[str, Any]:
+        """The round configuration's JSON form (the batching wire carries it to a worker)."""
+        ...
+
+    def config_from_json(self, raw: Mapping[str, Any]) -> ConfigT: ...

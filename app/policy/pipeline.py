@@ -1,7 +1,8 @@
 """The decision pipeline the service plugs in: registry + batcher + (optional) Redis queue.
 
 * Embedded (no ``KAIROS_REDIS_URL``): requests go through an in-process :class:`MicroBatcher`
-  whose handler is :func:`app.policy.selector.decide_many` (step-synchronous, in a thread).
+  whose handler is :func:`app.policy.deciders.decide_requests` (in a thread; every domain, HPC
+  requests step-synchronously).
 * Redis: requests are ``XADD``ed to the stream and answered by ``kairos worker`` processes.  When
   Redis is unreachable (or fails mid-request), or no worker has sent a heartbeat lately, the
   request is decided in-process instead, and :meth:`DecisionPipeline.queue_health` reports
@@ -35,9 +36,16 @@ from app.batching.budget import Budgeted, budget_of, started
 from app.batching.redis_transport import QueueUnavailableError, RedisQueue, StreamKeys
 from app.domains.hpc.heuristics import HEURISTIC_CLASSES
 from app.outcomes import DecisionOutcome, DecisionRequest, FallbackReason
+from app.policy.deciders import (
+    batches_nothing,
+    cells,
+    decide_requests,
+    fallback_for,
+    heuristics_only,
+)
 from app.policy.onnx_policy import RuntimeOptions
 from app.policy.registry import PACKAGED_MODELS, PolicyRegistry, split_name, watching
-from app.policy.selector import DEFAULT_FALLBACK_RESERVE_S, decide_many, fallback_outcome
+from app.policy.selector import DEFAULT_FALLBACK_RESERVE_S
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -105,7 +113,7 @@ class DecisionPipeline:
     ) -> list[DecisionOutcome]:
         # with a batcher's control: answer each request as soon as it is decided, and skip the
         # ones whose wait has already ended in the fallback (ADR 0071)
-        return decide_many(
+        return decide_requests(
             requests,
             self.registry,
             fallback_reserve_s=self.options.fallback_reserve_s,
@@ -203,8 +211,12 @@ class DecisionPipeline:
         return max(0.0, request.deadline - time.time())
 
     async def _local(self, request: DecisionRequest) -> DecisionOutcome:
-        unbatched = _batches_nothing(request)
-        if unbatched and _cells(request) <= self.options.inline_max_cells:
+        unbatched = batches_nothing(request)
+        if (
+            unbatched
+            and heuristics_only(request)
+            and cells(request) <= self.options.inline_max_cells
+        ):
             return await self._inline(request)
         try:
             if unbatched:
@@ -247,27 +259,15 @@ class DecisionPipeline:
     async def _fallback(self, request: DecisionRequest, detail: str) -> DecisionOutcome:
         # a small fallback is decided on the event loop, like any small heuristic request (ADR
         # 0055): under overload a thread hop per expired request only adds GIL hand-offs
-        if _cells(request) <= self.options.inline_max_cells:
-            return fallback_outcome(request, FallbackReason.DEADLINE_EXCEEDED, detail)
+        if cells(request) <= self.options.inline_max_cells:
+            return fallback_for(request, FallbackReason.DEADLINE_EXCEEDED, detail)
         return await asyncio.to_thread(
-            fallback_outcome, request, FallbackReason.DEADLINE_EXCEEDED, detail
+            fallback_for, request, FallbackReason.DEADLINE_EXCEEDED, detail
         )
 
 
 def _is_heuristic(name: str) -> bool:
     return name.strip().lower() in HEURISTIC_CLASSES
-
-
-def _cells(request: DecisionRequest) -> int:
-    state = request.state
-    return max(1, len(state.pending) + len(state.running)) * max(1, len(state.nodes))
-
-
-def _batches_nothing(request: DecisionRequest) -> bool:
-    """True when no policy of ``request`` is a model (nothing to score in one inference)."""
-    return _is_heuristic(request.policy) and (
-        request.shadow is None or _is_heuristic(request.shadow)
-    )
 
 
 def pipeline_from_settings(

@@ -2,7 +2,8 @@
 
 Each worker loads every model under ``KAIROS_MODELS_DIR`` once at start (the same validation as
 the API), reads the request stream through the shared consumer group, and decides each batch
-step-synchronously with :func:`app.policy.selector.decide_many` in a thread.  SIGTERM/SIGINT
+with :func:`app.policy.deciders.decide_requests` in a thread (any domain; HPC requests
+step-synchronously, sharing each inference).  SIGTERM/SIGINT
 finish the batch in hand and exit.
 """
 
@@ -17,9 +18,9 @@ from collections.abc import Callable, Sequence
 from app.batching.redis_transport import RedisWorker, StreamKeys, WorkerOptions
 from app.gc_tuning import freeze_startup_heap, restore_thresholds, set_young_threshold, thaw
 from app.outcomes import DecisionOutcome, DecisionRequest, Deliver, Wanted
+from app.policy.deciders import decide_requests
 from app.policy.pipeline import pipeline_from_settings, report_policies
 from app.policy.registry import PolicyRegistry, watching
-from app.policy.selector import decide_many
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -32,12 +33,13 @@ WORKER_FALLBACK_RESERVE_S = 0.008
 def batch_decider(
     registry: PolicyRegistry,
 ) -> Callable[[Sequence[DecisionRequest], Wanted, Deliver], list[DecisionOutcome]]:
-    """The worker's batch handler: :func:`decide_many` answering each request when decided."""
+    """The worker's batch handler: :func:`decide_requests` answering each request when
+    decided."""
 
     def decide(
         batch: Sequence[DecisionRequest], wanted: Wanted, deliver: Deliver
     ) -> list[DecisionOutcome]:
-        return decide_many(
+        return decide_requests(
             batch,
             registry,
             fallback_reserve_s=WORKER_FALLBACK_RESERVE_S,

@@ -11,13 +11,14 @@ Executor slots (:mod:`app.services.dags`): an ``up`` node's free slots are
 slots are their sum, and its executors the ``up`` nodes' slots plus the slots held on other
 nodes. Granted slots go to the nodes first-fit in node-id order.
 
-The fallback chain (:mod:`app.services.chain`, shared by every domain's round): the cluster's
-(or the request's) policy, a DAG heuristic or a learned DAG model (the registry's
-``app.policy.dag_onnx`` model, a fresh policy per decision), decides off the event loop within
-the deadline; a missing or refused model, an error, a refused pick, a timeout or a decision that
-breaks an invariant (:func:`check_decision`) hands the round to the fallback heuristic (default
-``fair``) and the decision says why (:class:`~app.outcomes.FallbackReason`). A fallback decision
-that breaks an invariant is replaced by an empty one: nothing unsafe is ever applied.
+The fallback chain (:mod:`app.policy.deciders`, shared by every domain's round, run by the
+decision pipeline in this process or on a ``kairos worker``): the cluster's (or the request's)
+policy, a DAG heuristic or a learned DAG model (the registry's ``app.policy.dag_onnx`` model, a
+fresh policy per decision), decides off the event loop within the deadline; a missing or refused
+model, an error, a refused pick, a timeout or a decision that breaks an invariant
+(:func:`~app.domains.dag.explain.check_decision`) hands the round to the fallback heuristic
+(default ``fair``) and the decision says why (:class:`~app.outcomes.FallbackReason`). A fallback
+decision that breaks an invariant is replaced by an empty one: nothing unsafe is ever applied.
 
 A stateful round applies its decision in the transaction that stores it: each granted stage
 launches one task per slot (``launched``/``running`` grow, its job is ``running`` with the
@@ -28,13 +29,11 @@ reservations and parallelism limits are recorded on the stages, and the DAGs' pe
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -46,26 +45,24 @@ from app.db.orm import ClusterRecord, DagRecord, DagStageRecord, DecisionRecord,
 from app.db.repositories.dag_repository import DagRepository
 from app.db.repositories.node_repository import NodeRepository
 from app.domains.dag import codec
-from app.domains.dag.decima import DecimaPolicy, decima_forward, encode
 from app.domains.dag.domain import DOMAIN
-from app.domains.dag.heuristics import HEURISTIC_NAMES, get_heuristic
-from app.domains.dag.policy import Action, DagPolicy, RoundView
+from app.domains.dag.heuristics import HEURISTIC_NAMES
 from app.domains.dag.types import (
     DagClusterState,
+    DagConfig,
     DagDecision,
     DagState,
     StageGrant,
     StageProgress,
-    topological_order,
 )
 from app.domains.dag.types import DagSpec as DomainDagSpec
 from app.domains.dag.types import StageSpec as DomainStageSpec
 from app.kernel.clock import epoch_now, utc_now
 from app.kernel.errors import InvalidPickError, SnapshotError
-from app.outcomes import FallbackReason
+from app.outcomes import DecisionRequest, FallbackReason
+from app.policy.deciders import fallback_for
 from app.schemas.dag import DagDecideRequest
 from app.schemas.decision import DecisionRead, ScheduleRequest
-from app.services.chain import run_fallback, run_primary
 from app.services.context import Ctx
 from app.services.convert import clean, dag_settings, decision_read, finite_json
 from app.services.dags import (
@@ -93,17 +90,12 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "Snapshot",
-    "check_decision",
     "decide_snapshot",
     "schedule_round",
     "snapshot_of",
 ]
 
-#: the version every DAG heuristic reports
-HEURISTIC_VERSION: Final = "1"
 DEFAULT_SLOT: Final = {"cpu": 1.0}
-#: runners-up listed per step of an explanation
-RUNNERS_UP: Final = 3
 
 
 # -- the snapshot ----------------------------------------------------------------------------------
@@ -174,43 +166,6 @@ def snapshot_of(raw: Mapping[str, Any]) -> Snapshot:
 # -- invariants ------------------------------------------------------------------------------------
 
 
-def check_decision(state: DagClusterState, decision: DagDecision) -> list[str]:
-    """Invariant violations of ``decision`` on ``state`` (empty when safe to apply): grants to
-    known stages, each at most once, of at least one slot and at most the stage's demand
-    (unlaunched tasks not covered by running slots, within ``max_parallelism``); allocations
-    only to stages whose parents all finished; no more slots than are free."""
-    problems: list[str] = []
-    dags = {d.spec.id: d for d in state.dags}
-    seen: set[tuple[str, str]] = set()
-    total = 0
-    kinds = (("allocation", decision.allocations), ("reservation", decision.reservations))
-    for kind, grants in kinds:
-        for g in grants:
-            dag = dags.get(g.dag_id)
-            stages = {} if dag is None else {s.id: s for s in dag.spec.stages}
-            st = stages.get(g.stage_id)
-            if dag is None or st is None or (g.dag_id, g.stage_id) in seen:
-                problems.append(f"{kind} {g.dag_id}:{g.stage_id} is unknown or repeated")
-                continue
-            seen.add((g.dag_id, g.stage_id))
-            prog = dag.progress_of()
-            p = prog.get(st.id, StageProgress(st.id))
-            demand = st.tasks - p.launched - p.running
-            if st.max_parallelism is not None:
-                demand = min(demand, st.max_parallelism - p.running)
-            if g.slots < 1 or g.slots > demand or g.parallelism_limit < 1:
-                problems.append(f"{kind} {g.dag_id}:{g.stage_id}: {g.slots} slots of {demand}")
-            total += g.slots
-            parents_done = all(
-                prog.get(q, StageProgress(q)).finished >= stages[q].tasks for q in st.depends_on
-            )
-            if kind == "allocation" and not parents_done:
-                problems.append(f"stage {g.dag_id}:{g.stage_id} placed before its parents finish")
-    if total > state.free_slots:
-        problems.append(f"{total} slots granted, {state.free_slots} free")
-    return problems
-
-
 def place(free: Sequence[tuple[str, int]], grants: Sequence[StageGrant]) -> list[list[list[Any]]]:
     """Per grant, its ``[node_id, slots]`` placements: first-fit over ``free`` (the grants'
     slots sum to at most the free slots, :func:`check_decision`)."""
@@ -234,167 +189,7 @@ def place(free: Sequence[tuple[str, int]], grants: Sequence[StageGrant]) -> list
     return out
 
 
-# -- explanations ----------------------------------------------------------------------------------
-
-
-def _scores(policy: DagPolicy, view: RoundView) -> dict[tuple[int, int], float]:
-    """The policy's own scores of the selectable stages, when it has them (Decima-style
-    policies: the stage logits, from ``logits(obs)`` or the dense forward pass on its weights;
-    others through a ``stage_scores(view)`` method)."""
-    logits_fn = getattr(policy, "logits", None)
-    weights = getattr(policy, "weights", None)
-    if isinstance(policy, DecimaPolicy) and (callable(logits_fn) or weights is not None):
-        obs = encode(view)
-        if callable(logits_fn):
-            logits = logits_fn(obs)[0]
-        else:
-            assert weights is not None
-            logits = decima_forward(weights, obs)[0]
-        return {
-            slot: float(logits[j, s])
-            for j, row in enumerate(obs.slots)
-            for s, slot in enumerate(row)
-            if obs.select_mask[j, s]
-        }
-    score_fn = getattr(policy, "stage_scores", None)
-    if callable(score_fn):
-        return {(int(j), int(s)): float(v) for (j, s), v in score_fn(view).items()}
-    return {}
-
-
-def _masked(view: RoundView, picks: Sequence[tuple[int, int]]) -> RoundView:
-    jobs = list(view.jobs)
-    for j, s in picks:
-        job = jobs[j]
-        stages = list(job.stages)
-        stages[s] = dataclasses.replace(stages[s], selectable=False, runnable=False)
-        jobs[j] = dataclasses.replace(job, stages=tuple(stages))
-    return dataclasses.replace(view, jobs=tuple(jobs))
-
-
-def _stage_summary(
-    view: RoundView,
-    j: int,
-    s: int,
-    scores: Mapping[tuple[int, int], float],
-    stage_ids: Mapping[str, tuple[str, ...]],
-) -> dict[str, Any]:
-    job = view.jobs[j]
-    st = job.stages[s]
-    return {
-        "job_id": stage_job_id(job.id, stage_ids[job.id][s]),
-        "score": scores.get((j, s)),
-        "runnable": st.runnable,
-        "demand": st.demand,
-        "unlaunched": st.unlaunched,
-        "duration_ms": st.duration_ms,
-    }
-
-
-@dataclass(slots=True)
-class _Explainer:
-    """Runs ``inner`` and records, per action: the chosen stage with its score, the runners-up
-    (what ``inner`` would choose with the chosen stages masked out, asked of copies of it) and
-    the jobs' summary values."""
-
-    inner: DagPolicy
-    #: per DAG id, its stage ids in the order the views index them
-    stage_ids: Mapping[str, tuple[str, ...]]
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    name: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.name = self.inner.name
-
-    def reset(self) -> None:
-        self.inner.reset()
-        self.steps.clear()
-
-    def _runners_up(
-        self,
-        probe: DagPolicy | None,
-        view: RoundView,
-        first: tuple[int, int],
-        scores: Mapping[tuple[int, int], float],
-    ) -> tuple[list[tuple[int, int]], bool]:
-        """The next picks: by the policy's scores when it has them, else what copies of it
-        choose with the earlier picks masked out, else unranked."""
-        if scores:
-            ranked = sorted((k for k in scores if k != first), key=lambda k: (-scores[k], k))
-            return ranked[:RUNNERS_UP], True
-        picks = [first]
-        if probe is not None:
-            try:
-                while len(picks) <= RUNNERS_UP:
-                    action = copy.deepcopy(probe).choose(_masked(view, picks))
-                    if action is None:
-                        break
-                    picks.append((action.job, action.stage))
-                return picks[1:], True
-            except Exception:  # a policy that cannot be copied or asked twice: list them
-                picks = [first]
-        others = [
-            (j, st.index)
-            for j, job in enumerate(view.jobs)
-            for st in job.stages
-            if st.selectable and (j, st.index) != first
-        ]
-        return others[:RUNNERS_UP], False
-
-    def choose(self, view: RoundView) -> Action | None:
-        probe: DagPolicy | None = None
-        if not isinstance(self.inner, DecimaPolicy):  # scored: its runners-up are by score
-            try:
-                probe = copy.deepcopy(self.inner)
-            except Exception:
-                probe = None
-        action = self.inner.choose(view)
-        if action is None:
-            return None
-        try:
-            scores = _scores(self.inner, view)
-        except Exception:
-            scores = {}
-        chosen = (action.job, action.stage)
-        others, ranked = self._runners_up(probe, view, chosen, scores)
-        self.steps.append(
-            {
-                "num_source": view.num_source,
-                "source_dag": None if view.source_job is None else view.jobs[view.source_job].id,
-                "chosen": {
-                    **_stage_summary(view, *chosen, scores, self.stage_ids),
-                    "slots": action.executors,
-                    "parallelism_limit": action.limit,
-                },
-                "runners_up": [
-                    _stage_summary(view, j, s, scores, self.stage_ids) for j, s in others
-                ],
-                "runners_up_ranked": ranked,
-                "jobs": [
-                    {
-                        "dag_id": job.id,
-                        "supply": job.supply,
-                        "remaining_work_ms": job.remaining_work_ms(),
-                        "selectable_stages": sum(1 for st in job.stages if st.selectable),
-                    }
-                    for job in view.jobs
-                ],
-            }
-        )
-        return action
-
-
-# -- policies and the fallback chain ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Resolved:
-    name: str
-    version: str
-    kind: str
-    policy: DagPolicy | None
-    reason: FallbackReason | None = None
-    detail: str | None = None
+# -- the fallback chain ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,68 +203,17 @@ class _Outcome:
     fallback_detail: str | None
     steps: list[dict[str, Any]] | None
     latency_ms: float
+    #: the shadow policy's decision (never applied), ``None`` when it could not decide safely
+    shadow: DagDecision | None = None
 
 
-def _base(name: str) -> str:
-    return name.partition("@")[0].strip().lower()
+def _spec(name: str, decisions: DecisionService, tenant: str | None) -> str:
+    """The registry's spec of ``name`` for ``tenant`` (a heuristic's name unchanged)."""
+    return name if is_dag_heuristic(name) else decisions.resolve_spec(name, tenant)
 
 
 def is_dag_heuristic(name: str) -> bool:
-    return _base(name) in HEURISTIC_NAMES
-
-
-def _heuristic(name: str, alpha: float) -> DagPolicy:
-    base = _base(name)
-    if base == "weighted_fair" and alpha != 0.0:
-        policy = get_heuristic(f"weighted_fair({alpha!r})")
-        policy.name = "weighted_fair"
-        return policy
-    return get_heuristic(base)
-
-
-async def _resolve(
-    name: str, alpha: float, decisions: DecisionService, tenant: str | None
-) -> _Resolved:
-    if is_dag_heuristic(name):
-        return _Resolved(_base(name), HEURISTIC_VERSION, "heuristic", _heuristic(name, alpha))
-    info = decisions.get_policy(name, tenant)
-    if info is None or info.kind == "heuristic" or info.domain not in ("dag", "any"):
-        return _Resolved(
-            name, "unknown", "onnx", None, reason=FallbackReason.MODEL_MISSING, detail=name
-        )
-    entry = decisions.pipeline.registry.find_or_load(decisions.resolve_spec(name, tenant))
-    if entry is None:
-        return _Resolved(info.name, info.version, "onnx", None, reason=FallbackReason.MODEL_MISSING)
-    if entry.dag is None:
-        return _Resolved(
-            entry.name,
-            entry.version,
-            "onnx",
-            None,
-            reason=FallbackReason.MODEL_REFUSED,
-            detail=f"{entry.reason}: {entry.message}",
-        )
-    # a fresh policy per decision (it holds its sampling generator); the session is shared
-    return _Resolved(entry.name, entry.version, "onnx", entry.dag.policy())
-
-
-def _run(
-    state: DagClusterState,
-    policy: DagPolicy,
-    explain: bool,
-    stage_ids: Mapping[str, tuple[str, ...]],
-) -> tuple[DagDecision, list[dict[str, Any]] | None]:
-    """One domain decision (in a worker thread)."""
-    explainer = _Explainer(policy, stage_ids) if explain else None
-    decision = DOMAIN.decide(state, explainer or policy)
-    return decision, None if explainer is None else explainer.steps
-
-
-def _stage_ids_of(state: DagClusterState) -> dict[str, tuple[str, ...]]:
-    """Stage ids in the order the domain's views index them (topological, ties spec order)."""
-    return {
-        d.spec.id: tuple(d.spec.stages[i].id for i in topological_order(d.spec)) for d in state.dags
-    }
+    return name.partition("@")[0].strip().lower() in HEURISTIC_NAMES
 
 
 async def decide_dag(
@@ -482,91 +226,54 @@ async def decide_dag(
     deadline_s: float,
     decisions: DecisionService,
     tenant: str | None,
+    request_id: str,
+    shadow: str | None = None,
 ) -> _Outcome:
-    """The fallback chain on a valid snapshot (see the module doc)."""
+    """The fallback chain on a valid snapshot, through the decision pipeline (in this process
+    or on a ``kairos worker``: :mod:`app.policy.deciders`)."""
     started = time.perf_counter()
-    stage_ids = _stage_ids_of(state)
-    primary = await _resolve(policy, alpha, decisions, tenant)
-    reason, detail = primary.reason, primary.detail
-
-    def check(ran: tuple[DagDecision, list[dict[str, Any]] | None]) -> list[str]:
-        return check_decision(state, ran[0])
-
-    if primary.policy is not None:
-        chosen = primary.policy
-        result = await run_primary(
-            lambda: _run(state, chosen, explain, stage_ids),
-            check=check,
-            deadline_s=deadline_s,
-            classify=_failure,
-            label=primary.name,
+    request = DecisionRequest(
+        request_id=request_id,
+        state=state,
+        config=DagConfig(alpha=alpha, explain=explain),
+        policy=_spec(policy, decisions, tenant),
+        fallback=fallback,
+        shadow=None if shadow is None else _spec(shadow, decisions, tenant),
+        deadline=time.time() + deadline_s,
+        domain=DOMAIN.name,
+    )
+    outcome = await decisions.pipeline.decide(request)
+    if outcome.decision is None:  # an error reply: the snapshot was valid here, so decide here
+        logger.error("DAG request %s: the pipeline answered %s", request_id, outcome.error)
+        outcome = await anyio.to_thread.run_sync(
+            fallback_for, request, FallbackReason.POLICY_ERROR, outcome.error
         )
-        if result.decision is not None:
-            decision, steps = result.decision
-            return _Outcome(
-                decision,
-                primary.name,
-                primary.version,
-                primary.kind,
-                False,
-                None,
-                None,
-                steps,
-                (time.perf_counter() - started) * 1000.0,
-            )
-        reason, detail = result.reason, result.detail
-    name = fallback if is_dag_heuristic(fallback) else DOMAIN.default_fallback
-    decision, steps = await run_fallback(
-        lambda: _run(state, _heuristic(name, alpha), explain, stage_ids),
-        check=check,
-        empty=lambda: (
-            DagDecision(_base(name), (), (), state.free_slots),
-            [] if explain else None,
-        ),
-        label=name,
-    )
+        if outcome.decision is None:
+            raise RuntimeError(f"the DAG fallback could not decide: {outcome.error}")
+    ref = outcome.policy
     return _Outcome(
-        decision,
-        _base(name),
-        HEURISTIC_VERSION,
-        "heuristic",
-        True,
-        reason,
-        detail,
-        steps,
+        outcome.decision,
+        ref.name,
+        ref.version,
+        ref.kind,
+        outcome.fallback_used,
+        outcome.fallback_reason,
+        outcome.fallback_detail,
+        outcome.explanation,
         (time.perf_counter() - started) * 1000.0,
+        None if outcome.shadow is None else outcome.shadow.decision,
     )
 
 
-def _failure(exc: Exception) -> FallbackReason:
-    if isinstance(exc, InvalidPickError):
-        return FallbackReason.INVALID_PICK
-    return FallbackReason.INFERENCE_ERROR
-
-
-async def shadow_allocations(
-    state: DagClusterState,
-    free: Sequence[tuple[str, int]],
-    *,
-    policy: str,
-    alpha: float,
-    decisions: DecisionService,
-    tenant: str | None,
+def _shadow_allocations(
+    decision: DagDecision | None, free: Sequence[tuple[str, int]]
 ) -> list[dict[str, Any]] | None:
-    """The shadow policy's allocations on the same snapshot (placed like the primary's), or
-    ``None`` when it cannot decide safely: a shadow never falls back and is never applied."""
-    resolved = await _resolve(policy, alpha, decisions, tenant)
-    if resolved.policy is None:
+    """The shadow's grants placed like the primary's, or ``None`` when it could not decide."""
+    if decision is None:
         return None
     try:
-        decision, _ = await anyio.to_thread.run_sync(
-            _run, state, resolved.policy, False, _stage_ids_of(state)
-        )
-        if check_decision(state, decision):
-            return None
         placements = place(free, decision.allocations)
-    except Exception as exc:
-        logger.warning("DAG shadow policy %s failed: %r", policy, exc)
+    except InvalidPickError:
         return None
     return [_grant_allocation(g, p) for g, p in zip(decision.allocations, placements, strict=True)]
 
@@ -839,6 +546,7 @@ async def schedule_round(
     now = body.now if body.now is not None else epoch_now()
     raw, rows = await _load(ctx, cluster, body, now, body.policy or cluster.policy)
     snapshot = _snapshot(raw, "cluster.")
+    request_id = request_id or new_request_id()
     outcome = await decide_dag(
         snapshot.state,
         policy=str(raw["policy"]),
@@ -848,21 +556,13 @@ async def schedule_round(
         deadline_s=_deadline_s(body.deadline_ms, settings, snapshot.state),
         decisions=decisions,
         tenant=ctx.tenant,
+        request_id=request_id,
+        shadow=cluster.shadow_policy or None,
     )
     placements = place(snapshot.free, outcome.decision.allocations)
     shadow = None
     if cluster.shadow_policy:
-        shadow = (
-            cluster.shadow_policy,
-            await shadow_allocations(
-                snapshot.state,
-                snapshot.free,
-                policy=cluster.shadow_policy,
-                alpha=float(raw["weighted_fair_alpha"]),
-                decisions=decisions,
-                tenant=ctx.tenant,
-            ),
-        )
+        shadow = (cluster.shadow_policy, _shadow_allocations(outcome.shadow, snapshot.free))
     record = _record(
         tenant=ctx.tenant,
         cluster=cluster,
@@ -870,7 +570,7 @@ async def schedule_round(
         raw=raw,
         outcome=outcome,
         placements=placements,
-        request_id=request_id or new_request_id(),
+        request_id=request_id,
         dry_run=body.dry_run,
         shadow=shadow,
     )
@@ -918,6 +618,7 @@ async def decide_snapshot(
     raw["policy"] = body.policy or default_policy("dag", "easy", decisions, settings, tenant)
     raw["fallback"] = body.fallback or DOMAIN.default_fallback
     snapshot = _snapshot(raw, "body.")
+    request_id = request_id or new_request_id()
     outcome = await decide_dag(
         snapshot.state,
         policy=raw["policy"],
@@ -927,6 +628,7 @@ async def decide_snapshot(
         deadline_s=_deadline_s(body.deadline_ms, settings, snapshot.state),
         decisions=decisions,
         tenant=tenant,
+        request_id=request_id,
     )
     placements = place(snapshot.free, outcome.decision.allocations)
     record = _record(
@@ -936,7 +638,7 @@ async def decide_snapshot(
         raw=raw,
         outcome=outcome,
         placements=placements,
-        request_id=request_id or new_request_id(),
+        request_id=request_id,
         dry_run=True,
     )
     record.created_at = utc_now()

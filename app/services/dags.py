@@ -26,6 +26,7 @@ from app.db.repositories.dag_repository import DagRepository
 from app.db.repositories.job_repository import JobRepository
 from app.db.repositories.node_repository import NodeRepository
 from app.domains import get_domain
+from app.domains.dag.explain import stage_job_id
 from app.domains.dag.types import DagClusterState, DagState
 from app.domains.dag.types import DagSpec as DomainDagSpec
 from app.domains.dag.types import StageSpec as DomainStageSpec
@@ -68,10 +69,6 @@ __all__ = [
     "stage_job_id",
     "submit_dag",
 ]
-
-
-def stage_job_id(dag_id: str, stage_id: str) -> str:
-    return f"{dag_id}:{stage_id}"
 
 
 # -- executor slots --------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ A stateful round runs inside the request's transaction, the cluster row locked b
 1. load the nodes (GPUs = ``capacity["gpu"]``) and the pending and running jobs with their
    attained service, advanced to ``now`` for the running ones (a running job accrues its GPUs x
    the seconds since its counters were last advanced; its restart delay runs down meanwhile);
-2. decide with the cluster's policy off the event loop, through the shared fallback chain
-   (:mod:`app.services.chain`): a policy that is missing, is refused, fails, misses the
+2. decide with the cluster's policy off the event loop, through the decision pipeline and the
+   fallback chain every domain shares (:mod:`app.policy.deciders`; in this process or on a
+   ``kairos worker``): a policy that is missing, is refused, fails, misses the
    deadline or breaks an invariant (:func:`~app.domains.gpu.validation.validate_decision`)
    gives way to the cluster's fallback heuristic, and the decision says why
    (:class:`~app.outcomes.FallbackReason`); a fallback decision that breaks an invariant is
@@ -24,12 +25,11 @@ A job's counters change only here, from Kairos's own decisions; the caller never
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
@@ -46,13 +46,10 @@ from app.db.repositories.gpu_service_repository import (
 from app.db.repositories.job_repository import JobRow, JobStart, job_rows, start_jobs
 from app.db.repositories.node_repository import NodeRow, node_rows, set_allocated
 from app.domains.gpu import codec
-from app.domains.gpu.decide import decide
 from app.domains.gpu.heuristics import (
     DEFAULT_FALLBACK,
     GpuConfig,
-    GpuHeuristic,
     Placement,
-    get_heuristic,
     heuristic_names,
 )
 from app.domains.gpu.types import (
@@ -67,16 +64,14 @@ from app.domains.gpu.types import (
 )
 from app.domains.gpu.types import Placement as GpuPlacement
 from app.domains.gpu.validation import (
-    InvalidDecisionError,
-    validate_decision,
     validate_snapshot,
 )
 from app.kernel.clock import epoch_now, utc_now
 from app.kernel.errors import SnapshotError
-from app.outcomes import FallbackReason
+from app.outcomes import DecisionRequest, FallbackReason
+from app.policy.deciders import fallback_for
 from app.schemas.decision import DecisionRead, ScheduleRequest
 from app.schemas.gpu import APP_LABEL, GpuClusterSettings, GpuDecideRequest
-from app.services.chain import run_fallback, run_primary
 from app.services.context import Ctx
 from app.services.convert import clean, decision_read, estimate_of, finite_json, gpu_settings
 from app.services.decision import DecisionService, split_policy
@@ -91,18 +86,6 @@ from app.services.rounds import (
     store_stateless,
 )
 from app.settings import Settings
-
-
-class GpuPolicy(Protocol):
-    """What decides a GPU round: a heuristic of the library or a learned
-    :class:`~app.domains.gpu.learned.ScoredPolicy` (both named by ``ref``)."""
-
-    @property
-    def ref(self) -> PolicyRef: ...
-
-
-#: :func:`app.domains.gpu.decide.decide`, taking either kind of :class:`GpuPolicy`
-_decide_with: Callable[[ClusterSnapshot, Any, GpuConfig], GpuDecision] = decide
 
 __all__ = [
     "GPU_CODEC",
@@ -140,58 +123,7 @@ def job_size(spec: Mapping[str, Any]) -> tuple[int, int]:
     return low, high
 
 
-# -- policies ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Primary:
-    policy: GpuPolicy | None
-    reason: FallbackReason | None = None
-    detail: str | None = None
-
-
-async def _resolve(
-    name: str, decisions: DecisionService, tenant: str, *, running: int = 0
-) -> _Primary:
-    """The policy ``name`` means to ``tenant``; a learned one scores every running job (each is
-    kept or preempted by its score) and the model's window of pending candidates beyond them,
-    so a cluster running more jobs than the window still sees its queue."""
-    base, _ = split_policy(name)
-    if base in heuristic_names():
-        return _Primary(get_heuristic(base))
-    registry = decisions.pipeline.registry
-    entry = await anyio.to_thread.run_sync(
-        registry.find_or_load, decisions.resolve_spec(name, tenant)
-    )
-    if entry is None:
-        return _Primary(None, FallbackReason.MODEL_MISSING, f"no model {name!r} is installed")
-    if entry.domain != GPU_CODEC:
-        return _Primary(
-            None, FallbackReason.MODEL_REFUSED, f"{name!r} decides {entry.domain} clusters"
-        )
-    model = getattr(entry, "gpu", None)
-    if model is None:
-        return _Primary(None, FallbackReason.MODEL_REFUSED, entry.message or "refused at load")
-    return _Primary(model.policy(model.window + running if running else None))
-
-
-def _problems(state: ClusterSnapshot, decision: GpuDecision) -> list[str]:
-    """The invariant a GPU decision breaks on ``state`` (empty when it is safe to apply)."""
-    try:
-        validate_decision(state, decision)
-    except InvalidDecisionError as exc:
-        return [str(exc)]
-    return []
-
-
-def _failure(exc: Exception) -> FallbackReason:
-    if type(exc).__name__ == "PolicyOutputError":
-        return (
-            FallbackReason.NON_FINITE_OUTPUT
-            if "non-finite" in str(exc)
-            else FallbackReason.INVALID_OUTPUT
-        )
-    return FallbackReason.INFERENCE_ERROR
+# -- the fallback chain --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,41 +145,44 @@ async def _decide(
     tenant: str,
     deadline_ms: float,
     field_prefix: str,
+    request_id: str,
 ) -> _Outcome:
-    """``policy`` with ``fallback`` behind it, off the event loop. The snapshot is validated
-    here, once, for both (an inconsistent one is a 422 naming the field under
-    ``field_prefix``); the chain (:mod:`app.services.chain`) checks every decision against it
-    (:func:`_problems`)."""
+    """``policy`` with ``fallback`` behind it, through the decision pipeline (in this process or
+    on a ``kairos worker``: :mod:`app.policy.deciders`). The snapshot is validated here first
+    (an inconsistent one is a 422 naming the field under ``field_prefix``); the chain checks
+    every decision against it."""
     started = time.perf_counter()
     try:
         await anyio.to_thread.run_sync(validate_snapshot, state)
     except SnapshotError as exc:
         raise snapshot_error("GPU", f"{field_prefix}{exc.field}", exc.message) from None
-    running = sum(1 for j in state.jobs if j.running)
-    primary = await _resolve(policy, decisions, tenant, running=running)
-    reason, detail = primary.reason, primary.detail
-    check = functools.partial(_problems, state)
-    if primary.policy is not None:
-        chosen = primary.policy
-        result = await run_primary(
-            lambda: _decide_with(state, chosen, config),
-            check=check,
-            # a heuristic answers in time linear in the jobs: only a model has a deadline
-            deadline_s=None if isinstance(chosen, GpuHeuristic) else deadline_ms / 1000,
-            classify=_failure,
-            label=policy,
-        )
-        if result.decision is not None:
-            return _Outcome(result.decision, False, None, None, _ms(started))
-        reason, detail = result.reason, result.detail
-    h = get_heuristic(split_policy(fallback)[0])
-    decision = await run_fallback(
-        lambda: _decide_with(state, h, config),
-        check=check,
-        empty=lambda: GpuDecision(policy=h.ref),
-        label=fallback,
+    base = split_policy(policy)[0]
+    heuristic = base in heuristic_names()
+    request = DecisionRequest(
+        request_id=request_id,
+        state=state,
+        config=config,
+        policy=base if heuristic else decisions.resolve_spec(policy, tenant),
+        fallback=split_policy(fallback)[0],
+        # a heuristic answers in time linear in the jobs: only a model has a deadline
+        deadline=None if heuristic else time.time() + deadline_ms / 1000,
+        domain=GPU_CODEC,
     )
-    return _Outcome(decision, True, reason, detail, _ms(started))
+    outcome = await decisions.pipeline.decide(request)
+    if outcome.decision is None:  # an error reply: the snapshot was valid here, so decide here
+        logger.error("GPU request %s: the pipeline answered %s", request_id, outcome.error)
+        outcome = await anyio.to_thread.run_sync(
+            fallback_for, request, FallbackReason.POLICY_ERROR, outcome.error
+        )
+        if outcome.decision is None:
+            raise RuntimeError(f"the GPU fallback could not decide: {outcome.error}")
+    return _Outcome(
+        outcome.decision,
+        outcome.fallback_used,
+        outcome.fallback_reason,
+        outcome.fallback_detail,
+        _ms(started),
+    )
 
 
 def _ms(started: float) -> float:
@@ -516,6 +451,7 @@ async def schedule_round(
     loaded = await _load(ctx, cluster, now)
     loaded_at = time.perf_counter()
     policy = body.policy or cluster.policy
+    rid = _request_id(request_id)
     outcome = await _decide(
         loaded.state,
         policy=policy,
@@ -525,6 +461,7 @@ async def schedule_round(
         tenant=ctx.tenant,
         deadline_ms=_deadline(body.deadline_ms, settings, loaded.state),
         field_prefix="cluster.",
+        request_id=rid,
     )
     decided_at = time.perf_counter()
     record = _record(
@@ -532,7 +469,7 @@ async def schedule_round(
         cluster=cluster,
         state=loaded.state,
         outcome=outcome,
-        request_id=_request_id(request_id),
+        request_id=rid,
         dry_run=body.dry_run,
         explain=body.explain,
         input_body=stored_input(
@@ -592,6 +529,7 @@ async def decide_snapshot(
     gpu_settings = body.gpu or GpuClusterSettings()
     policy = body.policy or default_policy(GPU_CODEC, "easy", decisions, settings, tenant)
     fallback = body.fallback or DEFAULT_FALLBACK
+    rid = _request_id(request_id)
     outcome = await _decide(
         state,
         policy=policy,
@@ -601,6 +539,7 @@ async def decide_snapshot(
         tenant=tenant,
         deadline_ms=_deadline(body.deadline_ms, settings, state),
         field_prefix="body.",
+        request_id=rid,
     )
     decided_at = time.perf_counter()
     if timings is not None:
@@ -611,7 +550,7 @@ async def decide_snapshot(
         cluster=None,
         state=state,
         outcome=outcome,
-        request_id=_request_id(request_id),
+        request_id=rid,
         dry_run=True,
         explain=body.explain,
         input_body=stored_input(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -11,7 +12,8 @@ from app.domains.dag import codec
 from app.domains.dag.decision import decide
 from app.domains.dag.heuristics import HEURISTIC_NAMES, get_heuristic
 from app.domains.dag.policy import DagPolicy
-from app.domains.dag.types import DagClusterState, DagDecision, validate_state
+from app.domains.dag.types import DagClusterState, DagConfig, DagDecision, validate_state
+from app.kernel.errors import SnapshotError
 
 __all__ = ["DOMAIN", "FEATURE_SCHEMA_VERSION", "DagDomain"]
 
@@ -33,8 +35,11 @@ class DagDomain:
     def validate(self, state: DagClusterState) -> None:
         validate_state(state)
 
-    def decide(self, state: DagClusterState, policy: DagPolicy, config: None = None) -> DagDecision:
-        """One round; the DAG domain has no decision configuration (``config`` is ignored)."""
+    def decide(
+        self, state: DagClusterState, policy: DagPolicy, config: DagConfig | None = None
+    ) -> DagDecision:
+        """One round. ``config`` shapes how the service builds ``policy`` (weighted-fair's alpha)
+        and what it records (explanations); the round itself needs none of it."""
         del config
         return decide(state, policy)
 
@@ -49,6 +54,15 @@ class DagDomain:
 
     def decision_from_json(self, raw: Mapping[str, Any]) -> DagDecision:
         return codec.decision_from_json(raw)
+
+    def config_to_json(self, config: DagConfig) -> dict[str, Any]:
+        return {"alpha": config.alpha, "explain": config.explain}
+
+    def config_from_json(self, raw: Mapping[str, Any]) -> DagConfig:
+        alpha = float(raw.get("alpha", 0.0))
+        if not math.isfinite(alpha):
+            raise SnapshotError("alpha", f"not a finite number: {alpha!r}")
+        return DagConfig(alpha=alpha, explain=bool(raw.get("explain", False)))
 
 
 DOMAIN: Final = DagDomain()

@@ -33,6 +33,7 @@ from app.kernel.errors import UnknownHeuristicError
 
 __all__ = [
     "HEURISTIC_NAMES",
+    "HEURISTIC_VERSION",
     "Fair",
     "Fifo",
     "FifoStatic",
@@ -276,6 +277,9 @@ class Packer(_Frame):
         n = min(st.demand, caps[j] - view.jobs[j].supply, view.num_source)
         return Action(j, s, n, caps[j])
 
+
+#: the version every DAG heuristic reports
+HEURISTIC_VERSION: Final = "1"
 
 HEURISTIC_NAMES: Final = (
     "fair",

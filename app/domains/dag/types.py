@@ -32,6 +32,7 @@ from app.kernel.types import Resources
 __all__ = [
     "DEFAULT_PER_TASK",
     "DagClusterState",
+    "DagConfig",
     "DagDecision",
     "DagSpec",
     "DagState",
@@ -92,6 +93,17 @@ class DagClusterState:
     executor_capacity: Resources = field(default_factory=lambda: DEFAULT_PER_TASK)
     #: the DAG whose stage just released the free slots (the round's source job), if any
     trigger_dag: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DagConfig:
+    """A round's options besides the snapshot and the policy."""
+
+    #: the weight exponent of ``weighted_fair`` when a round's policy or fallback is that
+    #: heuristic (0: plain fair shares)
+    alpha: float = 0.0
+    #: record, per step, the chosen stage with its score and the runners-up
+    explain: bool = False
 
 
 @dataclass(frozen=True, slots=True)

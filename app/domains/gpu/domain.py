@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -12,11 +13,13 @@ from app.domains.gpu.heuristics import (
     DEFAULT_FALLBACK,
     GpuConfig,
     GpuHeuristic,
+    Placement,
     get_heuristic,
     heuristic_names,
 )
 from app.domains.gpu.types import ClusterSnapshot, GpuDecision
 from app.domains.gpu.validation import validate_snapshot
+from app.kernel.errors import SnapshotError
 
 __all__ = ["DOMAIN", "FEATURE_SCHEMA_VERSION", "GpuDomain"]
 
@@ -55,6 +58,30 @@ class GpuDomain:
 
     def decision_from_json(self, raw: Mapping[str, Any]) -> GpuDecision:
         return codec.decision_from_json(raw)
+
+    def config_to_json(self, config: GpuConfig) -> dict[str, Any]:
+        """The service's part of a round's configuration; a Gittins table or a step-time model
+        (the simulator's) has no JSON form and is refused."""
+        if config.gittins is not None or config.step_time is not None:
+            raise ValueError(
+                "a GpuConfig with a Gittins table or a step-time model has no JSON form"
+            )
+        return {
+            "placement": config.placement.value,
+            "las_thresholds": list(config.las_thresholds),
+            "speedup_alpha": config.speedup_alpha,
+        }
+
+    def config_from_json(self, raw: Mapping[str, Any]) -> GpuConfig:
+        thresholds = tuple(float(t) for t in raw.get("las_thresholds", ()))
+        alpha = float(raw.get("speedup_alpha", GpuConfig().speedup_alpha))
+        if not all(math.isfinite(v) for v in (*thresholds, alpha)):
+            raise SnapshotError("las_thresholds", "not finite numbers")
+        return GpuConfig(
+            placement=Placement(raw["placement"]),
+            las_thresholds=thresholds,
+            speedup_alpha=alpha,
+        )
 
 
 DOMAIN: Final = GpuDomain()

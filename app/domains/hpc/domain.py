@@ -11,7 +11,7 @@ from app.domains.hpc.decision import DecisionConfig, decide, validate_snapshot
 from app.domains.hpc.encoding import FEATURE_SCHEMA_VERSION
 from app.domains.hpc.heuristics import HEURISTIC_CLASSES, get_heuristic
 from app.domains.hpc.policy import OrderingPolicy, RankingPolicy, SteppingPolicy
-from app.domains.hpc.types import ClusterState, Decision
+from app.domains.hpc.types import Backfill, ClusterState, Decision, PlacementStrategy
 
 __all__ = ["DOMAIN", "HpcDomain"]
 
@@ -49,6 +49,23 @@ class HpcDomain:
 
     def decision_from_json(self, raw: Mapping[str, Any]) -> Decision:
         return codec.decision_from_json(raw)
+
+    def config_to_json(self, config: DecisionConfig) -> dict[str, Any]:
+        return {
+            "backfill": config.backfill.value,
+            "placement": config.placement.value,
+            "max_allocations": config.max_allocations,
+            "explain": config.explain,
+        }
+
+    def config_from_json(self, raw: Mapping[str, Any]) -> DecisionConfig:
+        limit = raw.get("max_allocations")
+        return DecisionConfig(
+            backfill=Backfill(raw["backfill"]),
+            placement=PlacementStrategy(raw["placement"]),
+            max_allocations=None if limit is None else codec.int_from_json(limit),
+            explain=bool(raw.get("explain", False)),
+        )
 
 
 DOMAIN: Final = HpcDomain()

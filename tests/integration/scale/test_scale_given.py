@@ -4,8 +4,8 @@ same storing and applying, and the pipeline's own decider is put back afterwards
 
 from __future__ import annotations
 
+import app.policy.deciders as deciders
 import app.policy.pipeline as pipeline
-import app.policy.selector as selector
 from benchmarks.scale import run_cell
 
 
@@ -16,4 +16,4 @@ def test_the_given_round_replays_the_policys_decision_through_the_service() -> N
     assert given["policy"] == real["policy"]
     assert given["allocations"] == real["allocations"] > 0
     assert min(given["load_s"], given["decide_s"], given["persist_s"]) > 0
-    assert getattr(pipeline, "decide_many") is selector.decide_many  # noqa: B009
+    assert getattr(pipeline, "decide_requests") is deciders.decide_requests  # noqa: B009

@@ -1,4 +1,5 @@
-"""The GPU round's fallback chain (:func:`app.services.gpu_rounds._decide`): a learned policy
+"""The GPU round's fallback chain (:func:`app.services.gpu_rounds._decide`, through the pipeline
+to :mod:`app.policy.deciders`): a learned policy
 that is missing, refused, raises, answers garbage, misses its deadline or breaks an invariant
 gives way to the fallback heuristic, and the outcome says why in the one vocabulary
 (:class:`app.outcomes.FallbackReason`); a working one decides."""
@@ -9,15 +10,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import anyio.to_thread
 import numpy as np
 import pytest
 
 from app.db.repositories.gpu_service_repository import ServiceRow
 from app.domains.gpu import validation
+from app.domains.gpu.domain import GpuDomain
 from app.domains.gpu.heuristics import GpuConfig
 from app.domains.gpu.learned import ScoredPolicy
 from app.domains.gpu.types import ClusterSnapshot, GpuDecision, GpuJob, Placement, gpu_node
-from app.outcomes import FallbackReason
+from app.outcomes import DecisionOutcome, DecisionRequest, FallbackReason
+from app.policy.deciders import decide_requests
 from app.schemas.cluster import ClusterUpsert, GpuClusterSettings
 from app.services import gpu_rounds
 from app.services.convert import domain_config
@@ -67,11 +71,24 @@ class _Registry:
         return self.entry
 
 
-class _Decisions:
-    """The two things the round asks the decision service: the registry and name resolution."""
+class _Pipeline:
+    """The pipeline's in-process path: the batch handler, in a thread."""
 
     def __init__(self, entry: _Entry | None) -> None:
-        self.pipeline = type("P", (), {"registry": _Registry(entry)})()
+        self.registry = _Registry(entry)
+
+    async def decide(self, request: DecisionRequest) -> DecisionOutcome:
+        outcomes = await anyio.to_thread.run_sync(
+            lambda: decide_requests([request], self.registry)  # type: ignore[arg-type]
+        )
+        return outcomes[0]
+
+
+class _Decisions:
+    """The two things the round asks the decision service: the pipeline and name resolution."""
+
+    def __init__(self, entry: _Entry | None) -> None:
+        self.pipeline = _Pipeline(entry)
 
     def resolve_spec(self, name: str, tenant: str | None) -> str:
         return name
@@ -96,6 +113,7 @@ async def _decide(entry: _Entry | None, *, deadline_ms: float = 5_000.0) -> Any:
         tenant="t",
         deadline_ms=deadline_ms,
         field_prefix="body.",
+        request_id="r",
     )
 
 
@@ -153,14 +171,16 @@ async def test_a_failing_model_gives_way_to_the_fallback(
 async def test_a_decision_that_breaks_an_invariant_falls_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = gpu_rounds._decide_with
+    real = GpuDomain.decide
 
-    def over_allocating(state: ClusterSnapshot, policy: Any, config: GpuConfig) -> GpuDecision:
+    def over_allocating(
+        self: GpuDomain, state: ClusterSnapshot, policy: Any, config: GpuConfig | None = None
+    ) -> GpuDecision:
         if isinstance(policy, ScoredPolicy):  # preempts a pending job
             return GpuDecision(policy=policy.ref, preemptions=("a",))
-        return real(state, policy, config)
+        return real(self, state, policy, config)
 
-    monkeypatch.setattr(gpu_rounds, "_decide_with", over_allocating)
+    monkeypatch.setattr(GpuDomain, "decide", over_allocating)
     out = await _decide(_Entry("gpu", _Model(_scored(_by_arrival_desc))))
     assert (out.fallback_used, out.reason) == (True, FallbackReason.INVALID_DECISION)
     assert "not running" in (out.detail or "")
@@ -207,6 +227,7 @@ async def test_an_inconsistent_snapshot_is_a_422_naming_the_field() -> None:
             tenant="t",
             deadline_ms=100.0,
             field_prefix="cluster.",
+            request_id="r",
         )
     assert err.value.details[0].field == "cluster.jobs.allocation"
 
@@ -244,10 +265,12 @@ async def test_a_fallback_that_breaks_an_invariant_answers_the_empty_decision(
     invariant (a bug in the domain) is replaced by the empty decision, which keeps every
     running job and starts nothing."""
 
-    def broken(state: ClusterSnapshot, policy: Any, config: GpuConfig) -> GpuDecision:
+    def broken(
+        self: GpuDomain, state: ClusterSnapshot, policy: Any, config: GpuConfig | None = None
+    ) -> GpuDecision:
         return GpuDecision(policy=policy.ref, preemptions=("a",))  # "a" is not running
 
-    monkeypatch.setattr(gpu_rounds, "_decide_with", broken)
+    monkeypatch.setattr(GpuDomain, "decide", broken)
     out = await _decide(None)
     assert (out.fallback_used, out.reason) == (True, FallbackReason.MODEL_MISSING)
     assert out.decision == GpuDecision(policy=out.decision.policy)
@@ -257,14 +280,16 @@ async def test_a_fallback_that_breaks_an_invariant_answers_the_empty_decision(
 async def test_a_heuristic_primary_that_raises_gives_way_to_the_fallback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = gpu_rounds._decide_with
+    real = GpuDomain.decide
 
-    def las_raises(state: ClusterSnapshot, policy: Any, config: GpuConfig) -> GpuDecision:
+    def las_raises(
+        self: GpuDomain, state: ClusterSnapshot, policy: Any, config: GpuConfig | None = None
+    ) -> GpuDecision:
         if policy.ref.name == "las":
             raise ZeroDivisionError("a bug in las")
-        return real(state, policy, config)
+        return real(self, state, policy, config)
 
-    monkeypatch.setattr(gpu_rounds, "_decide_with", las_raises)
+    monkeypatch.setattr(GpuDomain, "decide", las_raises)
     out = await gpu_rounds._decide(
         STATE,
         policy="las",
@@ -274,6 +299,7 @@ async def test_a_heuristic_primary_that_raises_gives_way_to_the_fallback(
         tenant="t",
         deadline_ms=5_000.0,
         field_prefix="body.",
+        request_id="r",
     )
     assert (out.fallback_used, out.reason) == (True, FallbackReason.INFERENCE_ERROR)
     assert "ZeroDivisionError" in (out.detail or "")
