@@ -419,6 +419,15 @@ def decide_requests(
     """Decide every request of any mix of domains, in order; ``wanted`` and ``deliver`` as in
     :func:`~app.policy.selector.decide_many`. Never raises for one request's fault."""
     hpc = [i for i, r in enumerate(requests) if r.domain not in _DECIDERS]
+    if len(hpc) == len(requests):  # an HPC batch: its indices are the batch's own
+        return selector.decide_many(
+            requests,
+            registry,
+            clock=clock,
+            fallback_reserve_s=fallback_reserve_s,
+            wanted=wanted,
+            deliver=deliver,
+        )
     outcomes: list[DecisionOutcome | None] = [None] * len(requests)
     if hpc:
         part = [requests[i] for i in hpc]
