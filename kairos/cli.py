@@ -21,7 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "migrate": ("app.cli", "upgrade the database schema to the latest migration"),
     "worker": ("app.cli", "run a decision worker reading the Redis request stream"),
     "evaluate": ("sim.cli", "replay traces in the simulator and compare policies"),
-    "train": ("training.cli", "train a learned policy with PPO and export it to ONNX"),
+    "train": (
+        "training.cli",
+        "train a learned policy of any domain (--domain hpc|gpu|dag, --algo ppo|es), export it",
+    ),
     "tune": ("kairos.tune", "tune the learned HPC policy on a site's history, with a guard"),
 }
 

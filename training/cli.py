@@ -1,6 +1,13 @@
-"""``kairos train``: train an HPC policy, export it to ONNX, evaluate it.
+"""``kairos train``: train a policy of any domain, export it to ONNX, evaluate it.
 
-Two algorithms (``--algo``, default ``ppo``):
+``--domain`` (default ``hpc``) picks the domain, ``--algo`` (default ``ppo``) the algorithm; every
+other option belongs to that trainer (``kairos train --domain D --algo A --help`` lists them):
+
+* ``--domain gpu``: ``ppo`` (``training/gpu_ppo.py``) or ``es`` (``training/gpu_es.py``, how the
+  shipped ``gpu-v1`` was trained);
+* ``--domain dag``: ``ppo`` (``training/dag_ppo.py``, the Decima recipe on the DAG env) or ``es``
+  (``training/dag_es.py``);
+``--domain hpc`` (the default) has two:
 
 * ``ppo`` (``training/ppo.py``): the stepping kernel policy, RLScheduler's design, trained with
   PPO in the Gymnasium env on the engine (ADR 0093); every option of ``training/ppo.py`` is
@@ -18,9 +25,11 @@ Two algorithms (``--algo``, default ``ppo``):
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import tyro
 
@@ -42,27 +51,48 @@ class TrainCommand(Args):
     """show a progress bar on stderr when it is a terminal (never in CI or a pipe)"""
 
 
+#: the trainer module of each (domain, algorithm) but HPC's, whose ``main(argv)`` takes the rest
+_TRAINERS: Final = {
+    ("gpu", "ppo"): "training.gpu_ppo",
+    ("gpu", "es"): "training.gpu_es",
+    ("dag", "ppo"): "training.dag_ppo",
+    ("dag", "es"): "training.dag_es",
+}
+DOMAINS: Final = ("hpc", "gpu", "dag")
+ALGOS: Final = ("ppo", "es")
+
+
+def _take(args: list[str], option: str, default: str) -> str:
+    """The value of ``option`` (``--x v`` or ``--x=v``), removed from ``args``."""
+    for i, arg in enumerate(args):
+        if arg == option and i + 1 < len(args):
+            value = args[i + 1]
+            del args[i : i + 2]
+            return value
+        if arg.startswith(f"{option}="):
+            del args[i]
+            return arg.split("=", 1)[1]
+    return default
+
+
 def main(argv: Sequence[str]) -> int:
     """Entry point of ``kairos train`` (``argv[0] == "train"``)."""
     args = list(argv)
     if args and args[0] == "train":
         args = args[1:]
-    algo = "ppo"
-    for i, arg in enumerate(args):
-        if arg == "--algo" and i + 1 < len(args):
-            algo = args[i + 1]
-            del args[i : i + 2]
-            break
-        if arg.startswith("--algo="):
-            algo = arg.split("=", 1)[1]
-            del args[i]
-            break
+    domain = _take(args, "--domain", "hpc")
+    algo = _take(args, "--algo", "ppo")
+    if domain not in DOMAINS:
+        raise SystemExit(f"kairos train: unknown --domain {domain!r} (choose {', '.join(DOMAINS)})")
+    if algo not in ALGOS:
+        raise SystemExit(f"kairos train: unknown --algo {algo!r} (choose {' or '.join(ALGOS)})")
+    if domain != "hpc":
+        trainer: int = importlib.import_module(_TRAINERS[(domain, algo)]).main(args)
+        return trainer
     if algo == "es":
         from training.es import main as es_main
 
         return es_main(args)
-    if algo != "ppo":
-        raise SystemExit(f"kairos train: unknown --algo {algo!r} (choose ppo or es)")
     command = tyro.cli(TrainCommand, args=args, prog="kairos train")
     run_path = train(command)
     if command.out is not None:

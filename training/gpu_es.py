@@ -237,7 +237,7 @@ def train(args: EsArgs, command: str = "") -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = tyro.cli(EsArgs, args=argv)
+    args = tyro.cli(EsArgs, args=argv, prog="python -m training.gpu_es")
     given = sys.argv[1:] if argv is None else list(argv)
     train(args, "python -m training.gpu_es " + " ".join(given))
     return 0

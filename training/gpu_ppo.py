@@ -1098,7 +1098,7 @@ def train(args: Args, command: str = "") -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = tyro.cli(Args, args=argv)
+    args = tyro.cli(Args, args=argv, prog="python -m training.gpu_ppo")
     given = sys.argv[1:] if argv is None else list(argv)
     train(args, "python -m training.gpu_ppo " + " ".join(given))
     return 0
