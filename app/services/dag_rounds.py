@@ -36,9 +36,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import anyio
-import anyio.to_thread
-
 from app.db.decision_input import pack as pack_input
 from app.db.decision_writer import DecisionWriter
 from app.db.orm import ClusterRecord, DagRecord, DagStageRecord, DecisionRecord, JobRecord
@@ -60,7 +57,6 @@ from app.domains.dag.types import StageSpec as DomainStageSpec
 from app.kernel.clock import epoch_now, utc_now
 from app.kernel.errors import InvalidPickError, SnapshotError
 from app.outcomes import DecisionRequest, FallbackReason
-from app.policy.deciders import fallback_for
 from app.schemas.dag import DagDecideRequest
 from app.schemas.decision import DecisionRead, ScheduleRequest
 from app.services.context import Ctx
@@ -242,14 +238,8 @@ async def decide_dag(
         deadline=time.time() + deadline_s,
         domain=DOMAIN.name,
     )
-    outcome = await decisions.pipeline.decide(request)
-    if outcome.decision is None:  # an error reply: the snapshot was valid here, so decide here
-        logger.error("DAG request %s: the pipeline answered %s", request_id, outcome.error)
-        outcome = await anyio.to_thread.run_sync(
-            fallback_for, request, FallbackReason.POLICY_ERROR, outcome.error
-        )
-        if outcome.decision is None:
-            raise RuntimeError(f"the DAG fallback could not decide: {outcome.error}")
+    outcome = await decisions.decide_request(request)
+    assert outcome.decision is not None
     ref = outcome.policy
     return _Outcome(
         outcome.decision,

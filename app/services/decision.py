@@ -47,6 +47,7 @@ from app.outcomes import (
     DecisionRequest,
     FallbackReason,
 )
+from app.policy.deciders import fallback_for
 from app.policy.pipeline import DecisionPipeline
 from app.policy.registry import (
     OWNER_SEP,
@@ -536,6 +537,27 @@ class DecisionService:
         outcome = replace(outcome, latency_ms=(time.perf_counter() - started) * 1000.0)
         for observer in self._observers:
             observer(outcome)
+        return outcome
+
+    async def decide_request(self, request: DecisionRequest) -> DecisionOutcome:
+        """A gpu or dag round's request (its snapshot validated at the boundary), through the
+        pipeline; an error answer is replaced by the domain's fallback decided here. The
+        outcome always holds a decision."""
+        outcome = await self.pipeline.decide(request)
+        if outcome.decision is None:
+            logger.error(
+                "%s request %s: the pipeline answered %s",
+                request.domain,
+                request.request_id,
+                outcome.error,
+            )
+            outcome = await anyio.to_thread.run_sync(
+                fallback_for, request, FallbackReason.POLICY_ERROR, outcome.error
+            )
+            if outcome.decision is None:
+                raise RuntimeError(
+                    f"the {request.domain} fallback could not decide: {outcome.error}"
+                )
         return outcome
 
     async def _via_pipeline(

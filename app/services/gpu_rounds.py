@@ -69,7 +69,6 @@ from app.domains.gpu.validation import (
 from app.kernel.clock import epoch_now, utc_now
 from app.kernel.errors import SnapshotError
 from app.outcomes import DecisionRequest, FallbackReason
-from app.policy.deciders import fallback_for
 from app.schemas.decision import DecisionRead, ScheduleRequest
 from app.schemas.gpu import APP_LABEL, GpuClusterSettings, GpuDecideRequest
 from app.services.context import Ctx
@@ -168,14 +167,8 @@ async def _decide(
         deadline=None if heuristic else time.time() + deadline_ms / 1000,
         domain=GPU_CODEC,
     )
-    outcome = await decisions.pipeline.decide(request)
-    if outcome.decision is None:  # an error reply: the snapshot was valid here, so decide here
-        logger.error("GPU request %s: the pipeline answered %s", request_id, outcome.error)
-        outcome = await anyio.to_thread.run_sync(
-            fallback_for, request, FallbackReason.POLICY_ERROR, outcome.error
-        )
-        if outcome.decision is None:
-            raise RuntimeError(f"the GPU fallback could not decide: {outcome.error}")
+    outcome = await decisions.decide_request(request)
+    assert outcome.decision is not None
     return _Outcome(
         outcome.decision,
         outcome.fallback_used,

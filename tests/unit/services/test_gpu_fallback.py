@@ -25,6 +25,7 @@ from app.policy.deciders import decide_requests
 from app.schemas.cluster import ClusterUpsert, GpuClusterSettings
 from app.services import gpu_rounds
 from app.services.convert import domain_config
+from app.services.decision import DecisionService
 from app.services.errors import UnprocessableError
 
 STATE = ClusterSnapshot(
@@ -89,6 +90,8 @@ class _Decisions:
 
     def __init__(self, entry: _Entry | None) -> None:
         self.pipeline = _Pipeline(entry)
+
+    decide_request = DecisionService.decide_request
 
     def resolve_spec(self, name: str, tenant: str | None) -> str:
         return name
