@@ -42,6 +42,7 @@ from app.batching.wire import (
     outcome_from_json,
     outcome_to_json,
     queued_from_json,
+    request_id_of,
     request_to_json,
 )
 from app.outcomes import ABANDONED, DecisionOutcome, DecisionRequest, Deliver, Wanted
@@ -557,24 +558,32 @@ class RedisWorker:
 
     def _started(
         self, entries: list[tuple[str, dict[bytes, bytes]]], now: float
-    ) -> tuple[list[DecisionRequest], list[float | None]]:
+    ) -> tuple[list[DecisionRequest], list[float | None], list[DecisionOutcome]]:
         """The requests of a batch starting at ``now``, each with its deadline counted from
         that start plus the time the batch spends on its batch-mates (:mod:`app.batching.budget`),
         without the undecodable entries and those whose requester has given up; beside them,
         when each one's requester stops waiting (:func:`_waits_until`)."""
         from_redis = self.redis_clock.from_redis if self.redis_clock.synced else None
         queued: list[Budgeted] = []
+        refused: list[DecisionOutcome] = []
         for entry_id, fields in entries:
             try:
                 queued.append(queued_from_json(fields[b"req"], from_redis))
             except (WireError, KeyError) as exc:
                 logger.error(
-                    "worker %s: dropping undecodable entry %s: %s", self.consumer, entry_id, exc
+                    "worker %s: refusing undecodable entry %s: %s", self.consumer, entry_id, exc
                 )
+                # answered with the error when its requester can be named, so that it decides
+                # at once (its fallback) instead of waiting out its deadline
+                request_id = request_id_of(fields.get(b"req", b""))
+                if request_id is not None:
+                    refused.append(
+                        DecisionOutcome(request_id, None, error=str(exc), error_type="WireError")
+                    )
         # its requester gave up and answered with its own fallback: not decided
         live = [q for q in queued if not self._abandoned(_waits_until(q), now)]
         shared_s = self.item_seconds * (len(live) - 1)
-        return [_at(q, now, shared_s) for q in live], [_waits_until(q) for q in live]
+        return [_at(q, now, shared_s) for q in live], [_waits_until(q) for q in live], refused
 
     def _observe_cost(self, per_item: float) -> None:
         weight = COST_WEIGHT if self.item_seconds > 0.0 else 1.0
@@ -591,7 +600,7 @@ class RedisWorker:
         """
         assert self._redis is not None
         now = self.clock()
-        requests, waits = self._started(entries, now)
+        requests, waits, refused = self._started(entries, now)
         replies = _Replies(self._redis, self.keys, self.options.reply_ttl_s, len(requests))
         outcomes: Sequence[DecisionOutcome] = []
         if requests:
@@ -622,6 +631,7 @@ class RedisWorker:
         await replies.sent_early()
         pipe = self._redis.pipeline(transaction=False)
         replies.add_rest(pipe, outcomes)
+        replies.add_refused(pipe, refused)
         ids = [entry_id for entry_id, _ in entries]
         pipe.xack(self.keys.stream, self.keys.group, *ids)
         pipe.xdel(self.keys.stream, *ids)
@@ -671,6 +681,11 @@ class _Replies:
         for result in await asyncio.gather(*self._sends, return_exceptions=True):
             if isinstance(result, BaseException):
                 raise result
+
+    def add_refused(self, pipe: Any, refused: Sequence[DecisionOutcome]) -> None:
+        """Queue the error replies of entries that could not be read."""
+        for outcome in refused:
+            self._add(pipe, outcome)
 
     def add_rest(self, pipe: Any, outcomes: Sequence[DecisionOutcome]) -> None:
         """Queue the replies not sent early; an abandoned request gets none."""

@@ -127,6 +127,17 @@ def queued_from_json(text: str | bytes, from_redis: Convert | None = None) -> Bu
         raise WireError(f"undecodable request: {exc!r}") from exc
 
 
+def request_id_of(text: str | bytes) -> str | None:
+    """The ``request_id`` of a message that may not decode as a request (``None`` when even
+    that cannot be read): a worker answers such a message with an error."""
+    try:
+        raw = jsonio.loads(text)
+        request_id = raw.get("request_id") if isinstance(raw, dict) else None
+    except ValueError:
+        return None
+    return request_id if isinstance(request_id, str) and request_id else None
+
+
 def _version(domain: str) -> int:
     return WIRE_VERSION if domain == DEFAULT_DOMAIN else DOMAIN_WIRE_VERSION
 

@@ -4,6 +4,7 @@ requester has stopped waiting (ADR 0072); against a redis-server of the test's o
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import uuid
@@ -212,3 +213,32 @@ def test_the_worker_decider_answers_each_request_when_decided(tmp_path: Path) ->
     assert delivered == ["x", "z"]
     assert [o.request_id for o in outcomes] == ["x", "y", "z"]
     assert outcomes[1].error_type == "RequestAbandoned"
+
+
+async def test_an_entry_the_worker_cannot_read_is_answered_with_the_error(
+    redis_server: RedisServer,
+) -> None:
+    """A message of a domain (or wire version) this worker does not know is refused at once:
+    its requester gets an error reply and decides its fallback instead of waiting out its
+    deadline; an entry without even a request id is dropped; the batch's good request is
+    decided as usual."""
+    run = _Run(redis_server, batch_decider(None), time.time)  # type: ignore[arg-type]
+    try:
+        entry = json.loads(request_to_json(_request("alien", None)))
+        for body in (
+            {**entry, "v": 2, "domain": "quantum"},
+            {"v": 99, "nothing": "readable"},
+        ):
+            await run.client.xadd(run.keys.stream, {"req": json.dumps(body)})
+        await run.queue([_request("good", None)])
+        refused = await run.reply("alien", 4)
+        assert refused is not None
+        assert (refused.decision, refused.error_type) == (None, "WireError")
+        assert "quantum" in (refused.error or "")
+        good = await run.reply("good", 4)
+        assert good is not None
+        assert good.decision is not None
+        await run.settled()
+        assert await run.client.exists(run.keys.done("alien")) == 1
+    finally:
+        await run.close()
