@@ -16,6 +16,14 @@ A model directory holds ``policy.onnx`` + ``card.json`` (the export of
 * two probe observations of different shapes give logits of their shapes, finite where the masks
   are true.
 
+A model whose graph has the dense network's two pooled summaries (the stage-masked sum per job,
+``h_dag``, and the job-masked sum, ``h_glob``: found by their structure, not their names) is also
+split at load into a stage graph (every input but ``exec_mask`` -> the stage logits and both
+summaries) and an executor graph (``x``, the summaries and ``exec_mask`` of one job -> its
+executor logits), kept only when the probes give the same logits as the whole graph. A decision
+step then scores the executor head for the chosen job alone: the head over every job is ``J x
+E`` rows, most of a step's inference in a cluster of many executors.
+
 The decoding mode is the card's: ``sample`` draws from the softmaxes with a generator seeded by
 the card's seed at every ``decide()`` (so a snapshot always gets the same decision), ``argmax``
 is greedy.  A :class:`DecimaPolicy` holds that generator: use one per concurrent ``decide()``
@@ -25,12 +33,16 @@ CPU-bound: call ``decide()`` off the event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
 import numpy as np
+import onnx
+import onnx.utils
 import onnxruntime as ort
 
 from app.domains.dag.decima import F32, DecimaObs, DecimaPolicy
@@ -72,6 +84,10 @@ OUTPUTS: Final = {"stage_logits": ("tensor(float)", 2), "exec_logits": ("tensor(
 #: (jobs, stages, executors) of the two probe observations
 PROBE_SHAPES: Final = ((2, 3, 4), (1, 1, 1))
 PROBE_SEED: Final = 20261202
+#: the inputs of the stage graph of a split model (:func:`_split`)
+STAGE_INPUTS: Final = ("x", "adj", "stage_mask", "select_mask", "job_mask")
+
+logger = logging.getLogger(__name__)
 
 
 def is_dag_card(card: Any) -> bool:
@@ -122,8 +138,60 @@ def _check_signature(session: ort.InferenceSession) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class SplitGraphs:
+    """A model's two heads as two sessions (:func:`_split`)."""
+
+    stage: ort.InferenceSession
+    exec: ort.InferenceSession
+    #: the names of the two pooled summaries, outputs of ``stage`` and inputs of ``exec``
+    h_dag: str
+    h_glob: str
+
+    def stage_logits(self, obs: DecimaObs) -> tuple[F32, object]:
+        stage, h_dag, h_glob = self.stage.run(
+            ["stage_logits", self.h_dag, self.h_glob],
+            {
+                "x": np.ascontiguousarray(obs.x, dtype=np.float32),
+                "adj": np.ascontiguousarray(obs.adj, dtype=np.float32),
+                "stage_mask": obs.stage_mask,
+                "select_mask": obs.select_mask,
+                "job_mask": obs.job_mask,
+            },
+        )
+        return np.asarray(stage, dtype=np.float32), (h_dag, h_glob)
+
+    def exec_row(self, obs: DecimaObs, j: int, context: object) -> F32:
+        h_dag, h_glob = cast(tuple[Any, Any], context)
+        (row,) = self.exec.run(
+            ["exec_logits"],
+            {
+                "x": np.ascontiguousarray(obs.x[j : j + 1], dtype=np.float32),
+                self.h_dag: h_dag[j : j + 1],
+                self.h_glob: h_glob,
+                "exec_mask": obs.exec_mask[j : j + 1],
+            },
+        )
+        out: F32 = np.asarray(row, dtype=np.float32)[0]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Staged:
+    """:class:`~app.domains.dag.decima.StagedScorer` of a split model."""
+
+    graphs: SplitGraphs
+
+    def stage(self, obs: DecimaObs) -> tuple[F32, object]:
+        return self.graphs.stage_logits(obs)
+
+    def exec_row(self, obs: DecimaObs, j: int, context: object) -> F32:
+        return self.graphs.exec_row(obs, j, context)
+
+
+@dataclass(frozen=True, slots=True)
 class DagOnnxModel:
-    """A validated DAG model: its session, card, decoding mode and digest."""
+    """A validated DAG model: its session, card, decoding mode and digest, and its two heads
+    as separate graphs when the model could be split (:func:`_split`)."""
 
     session: ort.InferenceSession
     card: dict[str, Any]
@@ -131,6 +199,7 @@ class DagOnnxModel:
     seed: int
     sha256: str
     path: Path | None = None
+    split: SplitGraphs | None = None
 
     @property
     def name(self) -> str:
@@ -163,6 +232,7 @@ class DagOnnxModel:
             seed=self.seed if seed is None else seed,
             name=self.name,
             scorer=self.logits,
+            staged=None if self.split is None else _Staged(self.split),
         )
 
 
@@ -210,7 +280,73 @@ def load_dag_model(
     _check_signature(session)
     loaded = DagOnnxModel(session, raw, mode, seed, hashlib.sha256(model).hexdigest(), path)
     _probe(loaded)
+    split = _split(model, options)
+    if split is not None and _same_logits(loaded, split):
+        loaded = dataclasses.replace(loaded, split=split)
     return loaded
+
+
+def _pooled(graph: onnx.GraphProto) -> tuple[str, str] | None:
+    """``(h_dag, h_glob)``: the outputs of the ``ReduceSum`` over a ``Where`` masked by
+    ``Unsqueeze(stage_mask)`` and by ``Unsqueeze(job_mask)``, when the graph has exactly one
+    of each."""
+    made = {out: node for node in graph.node for out in node.output}
+    found: dict[str, list[str]] = {"stage_mask": [], "job_mask": []}
+    for node in graph.node:
+        where = made.get(node.input[0]) if node.op_type == "ReduceSum" and node.input else None
+        if where is None or where.op_type != "Where" or not where.input:
+            continue
+        cond = made.get(where.input[0])
+        if cond is not None and cond.op_type == "Unsqueeze" and cond.input[0] in found:
+            found[cond.input[0]].append(node.output[0])
+    if len(found["stage_mask"]) != 1 or len(found["job_mask"]) != 1:
+        return None
+    return found["stage_mask"][0], found["job_mask"][0]
+
+
+def _split(model: bytes, options: RuntimeOptions | None) -> SplitGraphs | None:
+    """The stage and executor graphs of ``model`` (see the module doc), or ``None`` when it
+    does not have the dense network's shape."""
+    try:
+        proto = onnx.load_from_string(model)
+        names = _pooled(proto.graph)
+        if names is None:
+            return None
+        h_dag, h_glob = names
+        known = {v.name for v in proto.graph.value_info}
+        for name in names:
+            if name not in known:
+                proto.graph.value_info.append(
+                    onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
+                )
+        extractor = onnx.utils.Extractor(proto)
+        stage = extractor.extract_model(list(STAGE_INPUTS), ["stage_logits", h_dag, h_glob])
+        exec_ = extractor.extract_model(["x", h_dag, h_glob, "exec_mask"], ["exec_logits"])
+        return SplitGraphs(
+            open_session(stage.SerializeToString(), options, schema_version=FEATURE_SCHEMA_VERSION),
+            open_session(exec_.SerializeToString(), options, schema_version=FEATURE_SCHEMA_VERSION),
+            h_dag,
+            h_glob,
+        )
+    except Exception as exc:  # onnx and onnxruntime raise assorted types; the whole graph serves
+        logger.warning("DAG model not split, the whole graph decides: %r", exc)
+        return None
+
+
+def _same_logits(model: DagOnnxModel, split: SplitGraphs) -> bool:
+    """The split graphs give the whole graph's logits on the probe observations (every job's
+    executor row)."""
+    rng = np.random.default_rng(PROBE_SEED)
+    for jobs, stages, execs in PROBE_SHAPES:
+        obs = _probe_obs(jobs, stages, execs, rng)
+        stage, exec_ = model.logits(obs)
+        got, context = split.stage_logits(obs)
+        if got.shape != stage.shape or not np.allclose(got, stage, atol=1e-6):
+            return False
+        for j in range(jobs):
+            if not np.allclose(split.exec_row(obs, j, context), exec_[j], atol=1e-6):
+                return False
+    return True
 
 
 def read_dag_model(model_dir: Path, *, options: RuntimeOptions | None = None) -> DagOnnxModel:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +37,7 @@ __all__ = [
     "DecimaPolicy",
     "DecimaWeights",
     "Scorer",
+    "StagedScorer",
     "choice_mask",
     "decima_forward",
     "encode",
@@ -120,6 +121,7 @@ def encode(view: RoundView) -> DecimaObs:
         exec_mask[j, : max(0, min(cap, n))] = True
         pos = {s.index: k for k, s in enumerate(active)}
         row: list[tuple[int, int]] = []
+        kids: list[list[int]] = [[] for _ in active]
         for k, st in enumerate(active):
             stage_mask[j, k] = True
             select_mask[j, k] = st.selectable
@@ -133,29 +135,34 @@ def encode(view: RoundView) -> DecimaObs:
             for c in st.children:
                 if c in pos:
                     adj[j, k, pos[c]] = 1.0
+                    kids[k].append(pos[c])
             row.append((j, st.index))
         slots.append(tuple(row))
-        height = max(height, _height(adj[j], len(active)))
+        height = max(height, _longest_path(kids))
     return DecimaObs(x, adj, stage_mask, select_mask, job_mask, exec_mask, tuple(slots), height)
 
 
 def _height(adj: F32, count: int) -> int:
-    """The longest path (in edges) of the graph ``adj[:count, :count]``; iterative, so a DAG of
-    any depth is fine."""
+    """The longest path (in edges) of the graph ``adj[:count, :count]``."""
+    return _longest_path([np.flatnonzero(adj[v, :count]).tolist() for v in range(count)])
+
+
+def _longest_path(kids: list[list[int]]) -> int:
+    """The longest path (in edges) of the DAG whose node ``v`` has children ``kids[v]``;
+    iterative, so a DAG of any depth is fine."""
     memo: dict[int, int] = {}
-    for root in range(count):
+    for root in range(len(kids)):
         stack = [root]
         while stack:
             v = stack[-1]
             if v in memo:
                 stack.pop()
                 continue
-            kids = [int(c) for c in np.flatnonzero(adj[v, :count])]
-            todo = [c for c in kids if c not in memo]
+            todo = [c for c in kids[v] if c not in memo]
             if todo:
                 stack.extend(todo)
                 continue
-            memo[v] = 0 if not kids else 1 + max(memo[c] for c in kids)
+            memo[v] = 1 + max([memo[c] for c in kids[v]]) if kids[v] else 0
             stack.pop()
     return max(memo.values(), default=0)
 
@@ -224,6 +231,18 @@ def _softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 Scorer = Callable[[DecimaObs], tuple[F32, F32]]
 
 
+class StagedScorer(Protocol):
+    """The two heads scored apart: :meth:`stage` gives the stage logits ``[J, S]`` of every job
+    (and what the executor head needs of that pass), :meth:`exec_row` the executor logits
+    ``[E]`` of job row ``j`` alone. Equal to a full :data:`Scorer`'s outputs (row ``j`` of its
+    executor logits), at the cost of one executor row instead of ``J``: in a large cluster
+    (``E`` executors) the executor head over every job is most of a full pass."""
+
+    def stage(self, obs: DecimaObs) -> tuple[F32, object]: ...
+
+    def exec_row(self, obs: DecimaObs, j: int, context: object) -> F32: ...
+
+
 @dataclass(slots=True)
 class DecimaPolicy:
     """Decima's two-step action: a stage (softmax over selectable stages of jobs with an allowed
@@ -238,6 +257,8 @@ class DecimaPolicy:
     seed: int = 0
     name: str = "decima"
     scorer: Scorer | None = None
+    #: the same model's heads scored apart (used by :meth:`choose` when given)
+    staged: StagedScorer | None = None
     rng: np.random.Generator = field(init=False)
 
     def __post_init__(self) -> None:
@@ -261,17 +282,30 @@ class DecimaPolicy:
         assert self.weights is not None
         return decima_forward(self.weights, obs)
 
+    def stage_logits(self, obs: DecimaObs) -> F32:
+        """The stage logits alone (``[J, S]``)."""
+        if self.staged is not None:
+            return self.staged.stage(obs)[0]
+        return self.logits(obs)[0]
+
     def choose(self, view: RoundView) -> Action | None:
         obs = encode(view)
         allowed = choice_mask(obs)
         if view.num_source <= 0 or not allowed.any():
             return None
-        stage_logits, exec_logits = self.logits(obs)
+        if self.staged is not None:
+            stage_logits, context = self.staged.stage(obs)
+        else:
+            stage_logits, exec_logits = self.logits(obs)
         cand = np.flatnonzero(allowed.reshape(-1))
         i = cand[self._pick(stage_logits.reshape(-1)[cand].astype(np.float64))]
         j, s = divmod(int(i), obs.select_mask.shape[1])
         row = np.flatnonzero(obs.exec_mask[j])
-        k = row[self._pick(exec_logits[j, row].astype(np.float64))]
+        if self.staged is not None:
+            exec_row = self.staged.exec_row(obs, j, context)
+        else:
+            exec_row = exec_logits[j]
+        k = row[self._pick(exec_row[row].astype(np.float64))]
         job_idx, stage_idx = obs.slots[j][s]
         cap = int(row.size)
         return Action(job_idx, stage_idx, int(k) + 1, cap)

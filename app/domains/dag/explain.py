@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from app.domains.dag.decima import DecimaPolicy, decima_forward, encode
+from app.domains.dag.decima import DecimaPolicy, encode
 from app.domains.dag.policy import Action, DagPolicy, RoundView
 from app.domains.dag.types import (
     DagClusterState,
@@ -86,17 +86,10 @@ def stage_ids_of(state: DagClusterState) -> dict[str, tuple[str, ...]]:
 
 def _scores(policy: DagPolicy, view: RoundView) -> dict[tuple[int, int], float]:
     """The policy's own scores of the selectable stages, when it has them (Decima-style
-    policies: the stage logits, from ``logits(obs)`` or the dense forward pass on its weights;
-    others through a ``stage_scores(view)`` method)."""
-    logits_fn = getattr(policy, "logits", None)
-    weights = getattr(policy, "weights", None)
-    if isinstance(policy, DecimaPolicy) and (callable(logits_fn) or weights is not None):
+    policies: their stage logits; others through a ``stage_scores(view)`` method)."""
+    if isinstance(policy, DecimaPolicy):
         obs = encode(view)
-        if callable(logits_fn):
-            logits = logits_fn(obs)[0]
-        else:
-            assert weights is not None
-            logits = decima_forward(weights, obs)[0]
+        logits = policy.stage_logits(obs)
         return {
             slot: float(logits[j, s])
             for j, row in enumerate(obs.slots)

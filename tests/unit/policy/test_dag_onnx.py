@@ -236,3 +236,66 @@ def test_the_registry_loads_a_dag_model_for_dag_clusters(tmp_path: Path) -> None
     bad = next(e for e in registry.discover() if e.name == "dag-bad")
     assert not bad.loaded
     assert bad.reason == RefusalReason.INVALID_CARD
+
+
+def test_the_shipped_model_is_split_and_its_heads_apart_equal_the_whole_graph(
+    shipped: DagOnnxModel, recorded: list[DecimaObs]
+) -> None:
+    """The stage graph gives the whole graph's stage logits, and the executor graph on one job
+    row that row of the whole graph's executor logits, on observations of a real episode."""
+    split = shipped.split
+    assert split is not None
+    for obs in recorded:
+        stage, execs = shipped.logits(obs)
+        got, context = split.stage_logits(obs)
+        np.testing.assert_allclose(got, stage, atol=1e-6)
+        for j in range(obs.stage_mask.shape[0]):
+            np.testing.assert_allclose(split.exec_row(obs, j, context), execs[j], atol=1e-6)
+
+
+def _wide_round(jobs: int, free: int, seed: int) -> DagClusterState:
+    rng = np.random.default_rng(seed)
+    dags = []
+    for i in range(jobs):
+        n = int(rng.integers(2, 8))
+        stages = tuple(
+            StageSpec(
+                f"s{k}",
+                int(rng.integers(1, 30)),
+                float(rng.uniform(1.0, 20.0)),
+                depends_on=tuple(f"s{p}" for p in range(k) if rng.random() < 0.4),
+            )
+            for k in range(n)
+        )
+        dags.append(DagState(DagSpec(f"d{i}", stages, submit_time=float(i))))
+    return DagClusterState(now=100.0, executors=free, free_slots=free, dags=tuple(dags))
+
+
+@pytest.mark.parametrize("mode", ["sample", "argmax"])
+def test_a_round_decided_with_the_heads_apart_is_the_whole_graphs_decision(
+    shipped: DagOnnxModel, mode: str
+) -> None:
+    """Scoring the executor head for the chosen job alone changes no decision: a round of 40
+    DAGs on 300 free slots, in both decoding modes."""
+    state = _wide_round(40, 300, seed=5)
+    apart = shipped.policy()
+    assert apart.staged is not None
+    apart.mode = mode  # type: ignore[assignment]
+    whole = DecimaPolicy(mode=apart.mode, seed=apart.seed, name=apart.name, scorer=shipped.logits)
+    decided = decide(state, apart)
+    assert decided == decide(state, whole)
+    assert decided.allocations
+
+
+def test_the_split_needs_exactly_one_summary_of_each_kind() -> None:
+    """The split finds the two pooled summaries by structure; a graph without a job-masked sum
+    is not split (it is then served whole, as any model the split does not recognise)."""
+    from app.policy.dag_onnx import _pooled
+
+    proto = onnx.load(str(SHIPPED / "policy.onnx"))
+    assert _pooled(proto.graph) is not None
+    for node in proto.graph.node:
+        if node.op_type == "Unsqueeze" and node.input[0] == "job_mask":
+            node.input[0] = "stage_mask"  # two stage-masked sums, no job-masked one
+            break
+    assert _pooled(proto.graph) is None
