@@ -105,51 +105,35 @@ def _resource_names(state: DagClusterState) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _round_view(
-    dags: list[_DagRow],
-    state: DagClusterState,
-    names: tuple[str, ...],
-    num_source: int,
-    picked: set[tuple[int, int]],
-) -> RoundView:
+def _job_view(
+    j: int, dag: _DagRow, state: DagClusterState, picked: set[tuple[int, int]]
+) -> JobView:
+    """DAG ``j``'s view: it changes only when one of its own stages is granted."""
     n = state.executors
-    jobs: list[JobView] = []
-    source: int | None = None
-    for j, dag in enumerate(dags):
-        if dag.id == state.trigger_dag:
-            source = j
-        supply = dag.supply()
-        stages: list[StageView] = []
-        for k, st in enumerate(dag.stages):
-            demand = st.demand()
-            selectable = (
-                demand > 0
-                and (j, k) not in picked
-                and all(dag.stages[q].demand() <= 0 for q in st.parents)
-                and (supply < n or dag.id == state.trigger_dag)
+    supply = dag.supply()
+    stages: list[StageView] = []
+    for k, st in enumerate(dag.stages):
+        demand = st.demand()
+        selectable = (
+            demand > 0
+            and (j, k) not in picked
+            and all(dag.stages[q].demand() <= 0 for q in st.parents)
+            and (supply < n or dag.id == state.trigger_dag)
+        )
+        stages.append(
+            StageView(
+                index=k,
+                unlaunched=st.tasks - st.launched,
+                demand=max(demand, 0),
+                selectable=selectable,
+                runnable=selectable and all(dag.stages[q].done for q in st.parents),
+                finished=st.done,
+                duration_ms=st.duration_ms,
+                children=tuple(st.children),
+                per_task=st.per_task,
             )
-            stages.append(
-                StageView(
-                    index=k,
-                    unlaunched=st.tasks - st.launched,
-                    demand=max(demand, 0),
-                    selectable=selectable,
-                    runnable=selectable and all(dag.stages[q].done for q in st.parents),
-                    finished=st.done,
-                    duration_ms=st.duration_ms,
-                    children=tuple(st.children),
-                    per_task=st.per_task,
-                )
-            )
-        jobs.append(JobView(dag.id, dag.submit * 1000.0, supply, tuple(stages)))
-    return RoundView(
-        jobs=tuple(jobs),
-        source_job=source,
-        num_source=num_source,
-        num_executors=n,
-        fair_count="active",
-        executor_capacity=to_tuple(state.executor_capacity, names),
-    )
+        )
+    return JobView(dag.id, dag.submit * 1000.0, supply, tuple(stages))
 
 
 def decide(state: DagClusterState, policy: DagPolicy) -> DagDecision:
@@ -161,9 +145,20 @@ def decide(state: DagClusterState, policy: DagPolicy) -> DagDecision:
     remaining = state.free_slots
     picked: set[tuple[int, int]] = set()
     grants: list[tuple[int, int, int, int]] = []
+    # a grant changes its own DAG's view only: the others are kept from step to step
+    jobs = [_job_view(j, dag, state, picked) for j, dag in enumerate(dags)]
+    source = next((j for j, dag in enumerate(dags) if dag.id == state.trigger_dag), None)
+    capacity = to_tuple(state.executor_capacity, names)
     policy.reset()
     while remaining > 0:
-        view = _round_view(dags, state, names, remaining, picked)
+        view = RoundView(
+            jobs=tuple(jobs),
+            source_job=source,
+            num_source=remaining,
+            num_executors=state.executors,
+            fair_count="active",
+            executor_capacity=capacity,
+        )
         action = policy.choose(view)
         if action is None:
             break
@@ -177,6 +172,7 @@ def decide(state: DagClusterState, policy: DagPolicy) -> DagDecision:
             raise InvalidPickError("an action must grant at least one slot")
         dags[action.job].stages[action.stage].granted += slots
         picked.add((action.job, action.stage))
+        jobs[action.job] = _job_view(action.job, dags[action.job], state, picked)
         grants.append((action.job, action.stage, slots, action.limit))
         remaining -= slots
     allocations: list[StageGrant] = []
