@@ -29,13 +29,14 @@ from typing import Final, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from app.domains.dag.policy import Action, RoundView
+from app.domains.dag.policy import Action, JobView, RoundView
 
 __all__ = [
     "MASKED_LOGIT",
     "DecimaObs",
     "DecimaPolicy",
     "DecimaWeights",
+    "EncodeCache",
     "Scorer",
     "StagedScorer",
     "choice_mask",
@@ -97,13 +98,75 @@ class DecimaObs:
     height: int = 0
 
 
-def encode(view: RoundView) -> DecimaObs:
-    """The padded ``dag-v1`` observation of a round (active = unfinished stages)."""
+@dataclass(frozen=True, slots=True)
+class _JobBlock:
+    """The parts of one job's observation that only its own view determines (``x``'s columns
+    2-4, its adjacency, which stages are selectable, their view indices, its height)."""
+
+    job: JobView
+    n: int
+    x: F32  # [k, 5], columns 0 and 1 left for the step
+    adj: F32  # [k, k]
+    select: B  # [k]
+    indices: tuple[int, ...]
+    height: int
+
+
+def _block(job: JobView, n: int) -> _JobBlock:
+    active = [s for s in job.stages if not s.finished]
+    k = len(active)
+    x = np.zeros((k, 5), np.float32)
+    adj = np.zeros((k, k), np.float32)
+    select = np.zeros(k, bool)
+    pos = {s.index: i for i, s in enumerate(active)}
+    kids: list[list[int]] = [[] for _ in active]
+    for i, st in enumerate(active):
+        select[i] = st.selectable
+        x[i, 2:] = (
+            job.supply / n,
+            st.unlaunched / NUM_TASKS_SCALE,
+            st.unlaunched * st.duration_ms / WORK_SCALE,
+        )
+        for c in st.children:
+            if c in pos:
+                adj[i, pos[c]] = 1.0
+                kids[i].append(pos[c])
+    return _JobBlock(job, n, x, adj, select, tuple(s.index for s in active), _longest_path(kids))
+
+
+class EncodeCache:
+    """The per-job blocks of the last observation encoded, reused for a job whose view is the
+    very same object (a DAG round keeps the views of the DAGs a step did not grant to). It holds
+    the jobs of one observation at a time, and only by identity: a view rebuilt equal is
+    encoded again."""
+
+    __slots__ = ("_blocks",)
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, _JobBlock] = {}
+
+    def blocks(self, jobs: tuple[JobView, ...], n: int) -> list[_JobBlock]:
+        found = self._blocks
+        out = []
+        for job in jobs:
+            b = found.get(id(job))
+            out.append(b if b is not None and b.job is job and b.n == n else _block(job, n))
+        # each block holds its view, so an id here is never a later object's
+        self._blocks = {id(b.job): b for b in out}
+        return out
+
+    def clear(self) -> None:
+        self._blocks = {}
+
+
+def encode(view: RoundView, cache: EncodeCache | None = None) -> DecimaObs:
+    """The padded ``dag-v1`` observation of a round (active = unfinished stages); ``cache``
+    reuses the blocks of jobs whose views are the same objects as in the last call."""
     n = view.num_executors
     jobs = view.jobs
-    actives = [[s for s in job.stages if not s.finished] for job in jobs]
+    blocks = cache.blocks(jobs, n) if cache is not None else [_block(job, n) for job in jobs]
     num_j = max(1, len(jobs))
-    num_s = max([1, *(len(a) for a in actives)])
+    num_s = max([1, *(len(b.indices) for b in blocks)])
     x = np.zeros((num_j, num_s, 5), np.float32)
     adj = np.zeros((num_j, num_s, num_s), np.float32)
     stage_mask = np.zeros((num_j, num_s), bool)
@@ -112,33 +175,23 @@ def encode(view: RoundView) -> DecimaObs:
     exec_mask = np.zeros((num_j, n), bool)
     slots: list[tuple[tuple[int, int], ...]] = []
     height = 0
-    for j, (job, active) in enumerate(zip(jobs, actives, strict=True)):
+    for j, (job, b) in enumerate(zip(jobs, blocks, strict=True)):
         job_mask[j] = True
         if j == view.source_job:
             cap = view.num_source
         else:
             cap = min(max(n - job.supply, 0), view.num_source)
         exec_mask[j, : max(0, min(cap, n))] = True
-        pos = {s.index: k for k, s in enumerate(active)}
-        row: list[tuple[int, int]] = []
-        kids: list[list[int]] = [[] for _ in active]
-        for k, st in enumerate(active):
-            stage_mask[j, k] = True
-            select_mask[j, k] = st.selectable
-            x[j, k] = (
-                cap / n,
-                1.0 if j == view.source_job else -1.0,
-                job.supply / n,
-                st.unlaunched / NUM_TASKS_SCALE,
-                st.unlaunched * st.duration_ms / WORK_SCALE,
-            )
-            for c in st.children:
-                if c in pos:
-                    adj[j, k, pos[c]] = 1.0
-                    kids[k].append(pos[c])
-            row.append((j, st.index))
-        slots.append(tuple(row))
-        height = max(height, _longest_path(kids))
+        k = len(b.indices)
+        if k:
+            x[j, :k] = b.x
+            x[j, :k, 0] = cap / n
+            x[j, :k, 1] = 1.0 if j == view.source_job else -1.0
+            adj[j, :k, :k] = b.adj
+            stage_mask[j, :k] = True
+            select_mask[j, :k] = b.select
+        slots.append(tuple((j, i) for i in b.indices))
+        height = max(height, b.height)
     return DecimaObs(x, adj, stage_mask, select_mask, job_mask, exec_mask, tuple(slots), height)
 
 
@@ -260,6 +313,7 @@ class DecimaPolicy:
     #: the same model's heads scored apart (used by :meth:`choose` when given)
     staged: StagedScorer | None = None
     rng: np.random.Generator = field(init=False)
+    _encoded: EncodeCache = field(init=False, default_factory=EncodeCache)
 
     def __post_init__(self) -> None:
         if (self.weights is None) == (self.scorer is None):
@@ -268,6 +322,7 @@ class DecimaPolicy:
 
     def reset(self) -> None:
         self.rng = np.random.default_rng(self.seed)
+        self._encoded.clear()
 
     def _pick(self, logits: npt.NDArray[np.float64]) -> int:
         if self.mode == "argmax":
@@ -289,7 +344,7 @@ class DecimaPolicy:
         return self.logits(obs)[0]
 
     def choose(self, view: RoundView) -> Action | None:
-        obs = encode(view)
+        obs = encode(view, self._encoded)
         allowed = choice_mask(obs)
         if view.num_source <= 0 or not allowed.any():
             return None

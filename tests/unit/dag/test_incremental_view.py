@@ -126,3 +126,21 @@ def test_every_view_equals_the_rebuilt_one(seed: int, name: str) -> None:
         rows[action.job].stages[action.stage].granted += slots
         picked.add((action.job, action.stage))
         remaining -= slots
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_encoder_cache_gives_the_fresh_observation_at_every_step(seed: int) -> None:
+    """``encode(view, cache)`` over a round's views (most jobs' views the same objects from step
+    to step, the source slots shrinking) equals ``encode(view)`` field by field."""
+    import numpy as np
+
+    from app.domains.dag.decima import EncodeCache, encode
+
+    recorder = _Recorder(get_heuristic("fair"))
+    decision.decide(_state(seed), recorder)
+    cache = EncodeCache()
+    for view, _ in [*recorder.steps, *recorder.steps[:1]]:  # and back to the first view
+        cached, fresh = encode(view, cache), encode(view)
+        for name in ("x", "adj", "stage_mask", "select_mask", "job_mask", "exec_mask"):
+            np.testing.assert_array_equal(getattr(cached, name), getattr(fresh, name))
+        assert (cached.slots, cached.height) == (fresh.slots, fresh.height)
