@@ -99,10 +99,12 @@ def _two_workers(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _wait_until_both_started(url: str, metrics_dir: Path) -> None:
-    """Until both processes have answered a request (each then has its counters' file)."""
+    """Until both processes have answered a ``/v1/decide``. (A process writes its counters'
+    file during its start-up, before its socket listens: until then the other one gets every
+    connection.)"""
     deadline = time.monotonic() + 60
     with ThreadPoolExecutor(16) as pool:
-        while len(_pids(metrics_dir, "counter")) < 2:
+        while len(_decides_by_pid(metrics_dir)) < 2:
             assert time.monotonic() < deadline, "one process answered every request"
             assert list(pool.map(_decide, [url] * 16)) == [200] * 16
 
@@ -175,6 +177,7 @@ def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_is_sha
             assert time.monotonic() < deadline, f"{_listeners(port)} listening socket(s)"
             time.sleep(0.1)
         assert _listeners(port) == 2
+        before = _decides_by_pid(metrics_dir)
         # 32 connections opened back to back before any request, as a client's pool opens
         # them; then one decision on each: all 32 on one worker has odds of 2 in 2**32. (The
         # listening sockets above are what tells this design from uvicorn's shared socket:
@@ -195,9 +198,11 @@ def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_is_sha
             for connection in connections:
                 connection.close()
         assert statuses == [200] * 32
-        served = _decides_by_pid(metrics_dir)
+        after = _decides_by_pid(metrics_dir)
+        served = {pid: n - before.get(pid, 0.0) for pid, n in after.items()}
         assert sum(served.values()) == 32
         assert len(served) == 2, served
+        assert min(served.values()) > 0, served
 
 
 def test_the_decision_log_metrics_of_either_worker_sum_both_processes(tmp_path: Path) -> None:
