@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import torch
 import tyro
 
 from app.domains.gpu.encoding import FEATURE_NAMES, NUM_FEATURES, EncodingConstants
@@ -40,9 +39,10 @@ from app.domains.gpu.simulate import SimJob, simulate_pollux
 from sim.gpu_data import load_applications
 from training.es import centred_ranks
 from training.gpu_ppo import (
-    Agent,
     Args,
+    agent_of,
     heuristic_validation,
+    initial_weights,
     load_data,
     make_card,
     selection_metric,
@@ -50,12 +50,6 @@ from training.gpu_ppo import (
 )
 
 F64 = npt.NDArray[np.float64]
-
-#: heuristic keys as linear scores (higher first; ties by arrival, as ``decide()`` breaks them)
-INITIAL_KEYS: dict[str, dict[str, float]] = {
-    "tiresias-2dlas": {"las_queue": -4.0, "running": 2.0, "wait": 1.0},
-    "smallest-first": {"gpus_per_cluster": -256.0, "wait": 1.0},
-}
 
 
 @dataclass
@@ -125,26 +119,6 @@ def _episode(task: tuple[str, int, list[float] | None]) -> float:
     rows = _W.train[i] if kind == "t" else _W.val[i]
     pol: str | ScoredPolicy = "tiresias" if w is None else linear_policy(w, _W.constants)
     return float(np.mean(simulate_pollux(rows, _W.apps, pol).jcts))
-
-
-def initial_weights(init: str) -> F64:
-    names = list(FEATURE_NAMES)
-    w = np.zeros(NUM_FEATURES)
-    for f, v in INITIAL_KEYS[init].items():
-        w[names.index(f)] = v
-    return w
-
-
-def agent_of(w: npt.ArrayLike) -> Agent:
-    """The exported network: the linear term ``w``, the MLP's output at exactly zero."""
-    agent = Agent(skip=True)
-    with torch.no_grad():
-        last = [m for m in agent.actor if isinstance(m, torch.nn.Linear)][-1]
-        last.weight.zero_()
-        last.bias.zero_()
-        assert agent.skip is not None
-        agent.skip.weight.copy_(torch.tensor(np.asarray(w, dtype=np.float32))[None])
-    return agent
 
 
 def train(args: EsArgs, command: str = "") -> Path:

@@ -40,7 +40,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,17 +52,17 @@ import tyro
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
+from app.domains.gpu.compat_env import GpuCompatEnv
 from app.domains.gpu.encoding import (
     DEFAULT_WINDOW,
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     NUM_FEATURES,
     EncodingConstants,
-    encode,
 )
 from app.domains.gpu.env import GpuSchedulingEnv
 from app.domains.gpu.heuristics import GpuConfig, Placement, get_heuristic
-from app.domains.gpu.learned import Ranking, ScoredPolicy
+from app.domains.gpu.learned import ScoredPolicy
 from app.domains.gpu.philly import TRAIN_WEEKS, VALIDATION_WEEKS, split_weeks
 from app.domains.gpu.pollux import Application
 from app.domains.gpu.simulate import (
@@ -74,7 +74,6 @@ from app.domains.gpu.simulate import (
     simulate_events,
     simulate_pollux,
 )
-from app.domains.gpu.types import ClusterSnapshot
 from sim.gpu_data import PHILLY_CSV, generated_workloads, load_applications, load_philly
 from training.paths import repo_relative
 
@@ -152,6 +151,13 @@ class Args:
     threads: int = 1
     """torch intra-op threads"""
     run_dir: Path = Path("runs")
+    init_key: str = ""
+    """start from a heuristic's key written as the linear term (see INITIAL_KEYS), the MLP's
+    output at zero: the greedy policy at update 0 is that heuristic exactly (implies ``skip``)"""
+    init_scale: float = 1.0
+    """the key's scale: the sampling temperature's inverse (greedy order unchanged)"""
+    linear_only: bool = False
+    """PPO moves only the linear term (and the critic); the MLP stays at its start"""
 
 
 # -- the network -------------------------------------------------------------------------------
@@ -208,6 +214,34 @@ def numpy_scorer(agent: Agent) -> Any:
             return agent.logits(o, m)[0].numpy()
 
     return score
+
+
+#: heuristic keys as linear scores over FEATURE_NAMES (higher first; ties by arrival, as
+#: ``decide()`` breaks them). 2D-LAS is exact when ``las_queue``'s threshold is the heuristic's.
+INITIAL_KEYS: dict[str, dict[str, float]] = {
+    "tiresias-2dlas": {"las_queue": -4.0, "running": 2.0, "wait": 1.0},
+    "smallest-first": {"gpus_per_cluster": -256.0, "wait": 1.0},
+}
+
+
+def initial_weights(init: str) -> npt.NDArray[np.float64]:
+    names = list(FEATURE_NAMES)
+    w = np.zeros(NUM_FEATURES)
+    for f, v in INITIAL_KEYS[init].items():
+        w[names.index(f)] = v
+    return w
+
+
+def agent_of(w: npt.ArrayLike) -> Agent:
+    """An agent whose score is the linear term ``w`` alone (the MLP's output layer at zero)."""
+    agent = Agent(skip=True)
+    with torch.no_grad():
+        last = _linears(agent.actor)[-1]
+        last.weight.zero_()
+        last.bias.zero_()
+        assert agent.skip is not None
+        agent.skip.weight.copy_(torch.tensor(np.asarray(w, dtype=np.float32))[None])
+    return agent
 
 
 # -- ONNX --------------------------------------------------------------------------------------
@@ -488,45 +522,6 @@ Chooser = Callable[
 ]
 
 
-def _no_hook(state: ClusterSnapshot) -> None:
-    del state
-
-
-@dataclass(frozen=True, slots=True)
-class _HookedPolicy(ScoredPolicy):
-    """A :class:`ScoredPolicy` that shows each snapshot to ``hook`` before it ranks it."""
-
-    hook: Callable[[ClusterSnapshot], None] = field(default=_no_hook, compare=False)
-
-    def rank(self, state: ClusterSnapshot) -> Ranking:
-        self.hook(state)
-        return ScoredPolicy.rank(self, state)
-
-
-def snapshot_rows(
-    state: ClusterSnapshot, constants: EncodingConstants, window: int
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_], dict[str, Any]]:
-    """The rows of ``state`` padded to ``window`` and the env's ``info`` keys for them."""
-    enc = encode(state, constants, window)
-    k = len(enc.jobs)
-    obs = np.zeros((window, NUM_FEATURES), dtype=np.float32)
-    mask = np.zeros(window, dtype=np.bool_)
-    obs[:k], mask[:k] = enc.obs, enc.mask
-    held = np.zeros(window, dtype=np.int64)
-    demand = np.zeros(window, dtype=np.int64)
-    for i, j in enumerate(enc.jobs):
-        held[i], demand[i] = j.gpus, j.demand
-    pinned = sum(j.gpus for j in enc.overflow if j.running)
-    info = {
-        "held": held,
-        "demand": demand,
-        "capacity": state.total_gpus - pinned,
-        "rows": k,
-        "jobs": enc.jobs,
-    }
-    return obs, mask, info
-
-
 def run_compat_episode(
     rows: Sequence[SimJob],
     apps: Mapping[str, Application],
@@ -534,32 +529,28 @@ def run_compat_episode(
     constants: EncodingConstants,
     choose: Chooser,
 ) -> tuple[list[Step], list[float]]:
-    """One ``pollux-compat`` run of ``rows`` whose orders come from ``choose``: the recorded
-    decisions (rewards summed over the steps to the next one, the last marked done) and every
-    job's JCT."""
+    """One episode of :class:`GpuCompatEnv` (the ``pollux-compat`` cluster) on ``rows`` whose
+    orders come from ``choose``: the decisions with their rewards (the last marked done) and
+    every job's JCT."""
+    env = GpuCompatEnv(
+        lambda _: rows,
+        apps,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        interval=COMPAT_INTERVAL_S,
+        constants=constants,
+        window=args.window,
+    )
+    o, info = env.reset(options={"jobs": rows})
     steps: list[Step] = []
-    current = [np.zeros(args.window, dtype=np.float32)]
-
-    def hook(state: ClusterSnapshot) -> None:
-        obs, mask, info = snapshot_rows(state, constants, args.window)
-        if bool((mask & (info["held"] == 0)).any()):
-            seq, value = choose(obs, mask, info)
-            steps.append(Step(obs, mask, row_sizes(info), int(info["capacity"]), seq, 0.0, value))
-            current[0] = order_to_scores(seq, args.window)
-        else:  # every row running: any order keeps them all
-            current[0] = np.zeros(args.window, dtype=np.float32)
-        if steps:
-            steps[-1].reward -= len(state.jobs) * COMPAT_INTERVAL_S / 3600.0
-
-    def score(obs: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_]) -> Any:
-        del mask
-        return current[0][: len(obs)]
-
-    pol = _HookedPolicy("gpu-train", "0", score, constants, args.window, kind="env", hook=hook)
-    res = simulate_pollux(rows, apps, pol, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
-    if steps:
-        steps[-1].done = True
-    return steps, list(res.jcts)
+    done = "jcts" in info
+    while not done:
+        seq, value = choose(o["obs"], o["mask"], info)
+        step = Step(o["obs"], o["mask"], row_sizes(info), int(info["capacity"]), seq, 0.0, value)
+        o, reward, done, _, info = env.step(order_to_scores(seq, args.window))
+        step.reward, step.done = reward, done
+        steps.append(step)
+    return steps, list(info["jcts"])
 
 
 def compat_teacher_steps(
@@ -944,7 +935,7 @@ def make_card(
         "opset": OPSET,
         "architecture": {
             "score": "w3 . tanh(W2 tanh(W1 x + b1) + b2) + b3"
-            + (" + s . x" if args.skip else "")
+            + (" + s . x" if args.skip or args.init_key else "")
             + " per candidate row (64, 32)",
             "value": "MLP(64 -> 1) over masked mean and max of a per-row tanh MLP (64, 32)",
             "parameters": sum(p.numel() for p in meta["agent"].parameters()),
@@ -958,7 +949,14 @@ def make_card(
                 else "app/domains/gpu/env.py, "
             )
             + f"{args.semantics} semantics, {args.nodes} x {args.gpus_per_node} GPUs; "
-            f"behaviour-cloning warm start on {args.bc_teacher} ({args.bc_episodes} episodes)"
+            + (
+                f"started at the key of {args.init_key} x {args.init_scale} as the linear term "
+                "(the greedy policy at update 0 is that heuristic)"
+                + ("; PPO moves the linear term and the critic only" if args.linear_only else "")
+                if args.init_key
+                else f"behaviour-cloning warm start on {args.bc_teacher} "
+                f"({args.bc_episodes} episodes)"
+            )
             + (f", {args.dagger_rounds} DAgger rounds" if args.dagger_rounds else "")
             + (f", teacher log-likelihood kept at weight {args.bc_coef}" if args.bc_coef else ""),
             "command": meta["command"],
@@ -988,6 +986,23 @@ def make_card(
     }
 
 
+def make_agent(args: Args) -> tuple[Agent, list[nn.Parameter]]:
+    """The agent at its start (``init_key``: that heuristic's key as the linear term) and the
+    parameters PPO moves (``linear_only``: all but the actor's MLP)."""
+    if args.init_key:
+        agent = agent_of(args.init_scale * initial_weights(args.init_key))
+    else:
+        agent = Agent(skip=args.skip)
+    if args.linear_only and agent.skip is None:
+        raise ValueError("--linear-only needs the linear term: --skip or --init-key")
+    trained = [
+        p
+        for name, p in agent.named_parameters()
+        if not (args.linear_only and name.startswith("actor."))
+    ]
+    return agent, trained
+
+
 def train(args: Args, command: str = "") -> Path:
     random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -1005,8 +1020,8 @@ def train(args: Args, command: str = "") -> Path:
         {h: round(float(np.mean(v)), 1) for h, v in heur.items()},
         flush=True,
     )
-    agent = Agent(skip=args.skip)
-    opt = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    agent, trained = make_agent(args)
+    opt = torch.optim.Adam(trained, lr=args.learning_rate, eps=1e-5)
     rng = np.random.default_rng(args.seed)
     envs = None if compat else Envs(args, data, constants)
     finished = envs.finished if envs is not None else []

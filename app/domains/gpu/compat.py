@@ -431,19 +431,30 @@ class PolluxCluster:
                 free[node] -= 1
         return free
 
-    def step(self) -> list[tuple[int, int]]:
+    def done(self) -> bool:
+        return all(j.completion_time is not None for j in self.jobs)
+
+    def advance(self) -> list[CompatJob]:
+        """One interval of progress; the jobs active after it (the finished ones' GPUs are
+        released)."""
         for j in self.jobs:
             j.step(self.interval)
         self.now += self.interval
         active = [j for j in self.jobs if self.now >= j.arrival and j.completion_time is None]
-        usage: list[tuple[int, int]] = []
-        if not active:
-            return usage
         names = {j.name for j in active}
         self.allocations = {k: v for k, v in self.allocations.items() if k in names}
-        free = self._free()
+        return active
+
+    def step(self) -> list[tuple[int, int]]:
+        active = self.advance()
+        if not active:
+            return []
         opt = self.policy.optimize if isinstance(self.policy, CompatPolicy) else self.policy
-        new = opt(self.now, active, dict(self.allocations), free)
+        return self.apply(active, opt(self.now, active, dict(self.allocations), self._free()))
+
+    def apply(self, active: Sequence[CompatJob], new: Allocations) -> list[tuple[int, int]]:
+        """Make ``new`` the allocation of this step (restarts where a job's placement changed);
+        the step's usage."""
         used = [0] * self.nodes
         for v in new.values():
             for node in v:
@@ -457,13 +468,12 @@ class PolluxCluster:
             if j.placement:
                 j.executed_s += self.interval
         self.allocations = new
-        usage.append((self.now, sum(used)))
-        return usage
+        return [(self.now, sum(used))]
 
     def run(self) -> CompatResult:
         usage: list[tuple[int, int]] = []
         steps = 0
-        while not all(j.completion_time is not None for j in self.jobs):
+        while not self.done():
             usage.extend(self.step())
             steps += 1
             if steps > self.max_steps:

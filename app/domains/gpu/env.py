@@ -55,12 +55,42 @@ from app.domains.gpu.simulate import (
 )
 from app.domains.gpu.types import ClusterSnapshot
 
-__all__ = ["GpuSchedulingEnv", "WorkloadSource"]
+__all__ = ["GpuSchedulingEnv", "WorkloadSource", "observe"]
 
 #: features are >= 0 and unbounded above (sizes relative to a node, demand to the cluster)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: draws an episode's workload from the env's generator
 WorkloadSource = Callable[[np.random.Generator], Sequence[SimJob]]
+
+
+def observe(
+    snap: ClusterSnapshot | None, constants: EncodingConstants, window: int, now: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The observation of ``snap`` (None: the episode is over) and the ``info`` keys the
+    trainers need: ``held``/``demand`` per row, ``capacity`` (the up GPUs less those of
+    running jobs beyond the window), ``rows``, ``jobs``, ``now``."""
+    obs = np.zeros((window, NUM_FEATURES), dtype=np.float32)
+    mask = np.zeros(window, dtype=np.bool_)
+    held = np.zeros(window, dtype=np.int64)
+    demand = np.zeros(window, dtype=np.int64)
+    info: dict[str, Any] = {"now": now}
+    if snap is None:
+        info.update(held=held, demand=demand, capacity=0, rows=0, jobs=())
+        return {"obs": obs, "mask": mask}, info
+    enc = encode(snap, constants, window)
+    k = len(enc.jobs)
+    obs[:k], mask[:k] = enc.obs, enc.mask
+    for i, j in enumerate(enc.jobs):
+        held[i] = j.gpus
+        demand[i] = j.demand
+    pinned = sum(j.gpus for j in enc.overflow if j.running)
+    info.update(held=held, demand=demand, capacity=snap.total_gpus - pinned, rows=k, jobs=enc.jobs)
+    return {"obs": obs, "mask": mask}, info
+
+
+def jobs_of(options: dict[str, Any] | None) -> list[SimJob] | None:
+    """The workload a ``reset`` was given (``options["jobs"]``), if any."""
+    return list(options["jobs"]) if options and "jobs" in options else None
 
 
 class GpuSchedulingEnv(gym.Env[dict[str, Any], FloatArray]):
@@ -157,35 +187,13 @@ class GpuSchedulingEnv(gym.Env[dict[str, Any], FloatArray]):
     # -- gymnasium -----------------------------------------------------------------------------
 
     def _observe(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        obs = np.zeros((self.window, NUM_FEATURES), dtype=np.float32)
-        mask = np.zeros(self.window, dtype=np.bool_)
-        held = np.zeros(self.window, dtype=np.int64)
-        demand = np.zeros(self.window, dtype=np.int64)
-        info: dict[str, Any] = {"now": self._now}
-        if self._snap is None:
-            info.update(held=held, demand=demand, capacity=0, rows=0, jobs=())
-            return {"obs": obs, "mask": mask}, info
-        enc = encode(self._snap, self.constants, self.window)
-        k = len(enc.jobs)
-        obs[:k], mask[:k] = enc.obs, enc.mask
-        for i, j in enumerate(enc.jobs):
-            held[i] = j.gpus
-            demand[i] = j.demand
-        pinned = sum(j.gpus for j in enc.overflow if j.running)
-        info.update(
-            held=held,
-            demand=demand,
-            capacity=self._snap.total_gpus - pinned,
-            rows=k,
-            jobs=enc.jobs,
-        )
-        return {"obs": obs, "mask": mask}, info
+        return observe(self._snap, self.constants, self.window, self._now)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
-        jobs = list(options["jobs"]) if options and "jobs" in options else None
+        jobs = jobs_of(options)
         self._jobs = jobs if jobs is not None else list(self.workloads(self.np_random))
         for j in self._jobs:
             if j.duration_s is None or j.duration_s < 0:

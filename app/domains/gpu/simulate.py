@@ -47,9 +47,12 @@ from app.domains.gpu.types import Placement as NodePlacement
 
 __all__ = [
     "COMPAT_POLICIES",
+    "DecideCompat",
     "EventConfig",
     "Semantics",
     "SimJob",
+    "compat_config",
+    "compat_jobs",
     "event_config",
     "simulate",
     "simulate_events",
@@ -270,19 +273,17 @@ def _placements_of(alloc: Sequence[int]) -> tuple[NodePlacement, ...]:
 
 
 @dataclass(slots=True)
-class _DecidePolicy:
-    """A library heuristic on the fixed-step cluster (section 3.6): a snapshot per step."""
+class DecideCompat:
+    """A library heuristic or a learned policy on the fixed-step cluster (section 3.6): a
+    snapshot per step, decided by ``decide()``."""
 
     policy: GpuHeuristic | ScoredPolicy
     config: GpuConfig
     nodes: int
     gpus_per_node: int
 
-    def __call__(
-        self, now: int, jobs: Sequence[CompatJob], prev: Allocations, free: list[int]
-    ) -> Allocations:
-        del free
-        snap = ClusterSnapshot(
+    def snapshot(self, now: int, jobs: Sequence[CompatJob], prev: Allocations) -> ClusterSnapshot:
+        return ClusterSnapshot(
             now=float(now),
             nodes=tuple(gpu_node(f"n{i}", self.gpus_per_node) for i in range(self.nodes)),
             jobs=tuple(
@@ -302,13 +303,46 @@ class _DecidePolicy:
                 for j in jobs
             ),
         )
-        d = decide(snap, self.policy, self.config)
+
+    @staticmethod
+    def allocations(d: GpuDecision, jobs: Sequence[CompatJob], prev: Allocations) -> Allocations:
+        """The cluster's allocation after decision ``d`` (GPU indices per node)."""
         out = {k: v for k, v in prev.items() if k in {j.name for j in jobs}}
         for jid in d.preemptions:
             out.pop(jid, None)
         for a in (*d.allocations, *d.resizes):
             out[a.job_id] = [int(p.node_id[1:]) for p in a.placements for _ in range(p.tasks)]
         return out
+
+    def __call__(
+        self, now: int, jobs: Sequence[CompatJob], prev: Allocations, free: list[int]
+    ) -> Allocations:
+        del free
+        snap = self.snapshot(now, jobs, prev)
+        return self.allocations(decide(snap, self.policy, self.config), jobs, prev)
+
+
+def compat_jobs(
+    rows: Sequence[SimJob], apps: Mapping[str, Application], *, adaptive: bool = False
+) -> list[CompatJob]:
+    """The fixed-step cluster's jobs for workload ``rows``."""
+    return make_jobs(
+        [(r.id, int(r.arrival), str(r.app), r.min_gpus, int(r.batch_size or 0)) for r in rows],
+        apps,
+        adaptive=adaptive,
+    )
+
+
+def compat_config(rows: Sequence[SimJob], jobs: Sequence[CompatJob]) -> GpuConfig:
+    """The ``decide()`` knobs a library heuristic or a learned policy gets under
+    ``pollux-compat`` (the Gittins table from the jobs' oracle remaining service)."""
+    return GpuConfig(
+        placement=Placement.MOST_FREE,
+        las_thresholds=(57600.0,),
+        gittins=GittinsTable.of(
+            [r.min_gpus * _oracle_remaining_s(j) for r, j in zip(rows, jobs, strict=True)]
+        ),
+    )
 
 
 def simulate_pollux(
@@ -324,11 +358,7 @@ def simulate_pollux(
     """``pollux-compat``: ``policy`` is ``tiresias``/``optimus`` (the artifact's), ``goodput``
     (elastic, adaptive jobs), a library heuristic name or a learned policy."""
     name = COMPAT_ALIASES.get(policy, policy) if isinstance(policy, str) else ""
-    jobs = make_jobs(
-        [(r.id, int(r.arrival), str(r.app), r.min_gpus, int(r.batch_size or 0)) for r in rows],
-        apps,
-        adaptive=name == "goodput-compat",
-    )
+    jobs = compat_jobs(rows, apps, adaptive=name == "goodput-compat")
     if name == "goodput-compat":
         pol: object = GoodputCompat(gpus_per_node)
     elif name == "tiresias-compat":
@@ -336,15 +366,8 @@ def simulate_pollux(
     elif name == "optimus-compat":
         pol = OptimusCompat()
     else:
-        cfg = GpuConfig(
-            placement=Placement.MOST_FREE,
-            las_thresholds=(57600.0,),
-            gittins=GittinsTable.of(
-                [r.min_gpus * _oracle_remaining_s(j) for r, j in zip(rows, jobs, strict=True)]
-            ),
-        )
         h = get_heuristic(name) if isinstance(policy, str) else policy
-        pol = _DecidePolicy(h, cfg, nodes, gpus_per_node)
+        pol = DecideCompat(h, compat_config(rows, jobs), nodes, gpus_per_node)
     cluster = PolluxCluster(
         jobs,
         pol,  # type: ignore[arg-type]

@@ -17,15 +17,8 @@ from app.domains.gpu.encoding import NUM_FEATURES, EncodingConstants
 from app.domains.gpu.simulate import Semantics, simulate, simulate_pollux
 from app.policy.gpu_onnx import load_gpu_policy
 from sim.gpu_data import load_applications
-from training.gpu_es import (
-    INITIAL_KEYS,
-    EsArgs,
-    agent_of,
-    initial_weights,
-    linear_policy,
-    train,
-)
-from training.gpu_ppo import Args, build_onnx, load_data
+from training.gpu_es import EsArgs, linear_policy, train
+from training.gpu_ppo import INITIAL_KEYS, Args, agent_of, build_onnx, initial_weights, load_data
 
 
 @pytest.mark.parametrize("key", sorted(INITIAL_KEYS))

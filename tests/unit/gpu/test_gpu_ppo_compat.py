@@ -127,3 +127,46 @@ def test_linear_term_alone_learns_a_linear_key(data: Data) -> None:
     after = agreement()
     assert after >= 0.9, (before, after)
     assert after > before
+
+
+def test_init_key_starts_at_the_heuristic_and_linear_only_moves_the_linear_term(
+    data: Data,
+) -> None:
+    """``--init-key tiresias-2dlas`` (any scale): the greedy policy at update 0 is 2D-LAS under
+    pollux-compat, workload for workload; a ``--linear-only`` PPO update moves the linear term
+    and the critic and leaves the MLP as it started."""
+    import torch
+
+    from training.gpu_ppo import gae_all, make_agent, ppo_update, validate_compat
+
+    args = Args(
+        semantics="pollux-compat",
+        las_threshold_gpu_s=57600.0,
+        init_key="tiresias-2dlas",
+        init_scale=8.0,
+        linear_only=True,
+        episodes_per_update=1,
+        learning_rate=0.05,
+    )
+    apps = load_applications()
+    constants = EncodingConstants(las_threshold_gpu_s=57600.0)
+    torch.manual_seed(0)
+    agent, trained = make_agent(args)
+    heur = [
+        float(np.mean(simulate(w, "tiresias-2dlas", Semantics.POLLUX_COMPAT, apps=apps).jcts))
+        for w in data.train
+    ]
+    probe = Data(data.train, data.train, [], [], 0, 0)
+    assert validate_compat(agent, args, probe, constants, apps) == pytest.approx(heur, abs=0.0)
+    before = {k: v.clone() for k, v in agent.state_dict().items()}
+    rng = np.random.default_rng(0)
+    episodes, _ = compat_rollout(agent, data, apps, args, constants, rng)
+    flat, adv, ret = gae_all(episodes, [0.0] * len(episodes), args)
+    opt = torch.optim.Adam(trained, lr=args.learning_rate)
+    ppo_update(agent, opt, flat, adv, ret, args, rng)
+    after = agent.state_dict()
+    assert all(torch.equal(after[k], before[k]) for k in before if k.startswith("actor."))
+    assert not torch.equal(after["skip.weight"], before["skip.weight"])
+    assert not all(torch.equal(after[k], before[k]) for k in before if k.startswith("critic."))
+    with pytest.raises(ValueError, match="linear term"):
+        make_agent(Args(linear_only=True))
