@@ -158,6 +158,13 @@ class Args:
     """the key's scale: the sampling temperature's inverse (greedy order unchanged)"""
     linear_only: bool = False
     """PPO moves only the linear term (and the critic); the MLP stays at its start"""
+    group_size: int = 1
+    """pollux-compat: episodes per workload in an update; > 1 replaces GAE by the group's
+    leave-one-out baseline (see :func:`group_advantages`)"""
+    group_horizon_s: float = 14400.0
+    """with ``group_size`` > 1: the clock-time discount of the returns (s)"""
+    keep_checkpoints: bool = False
+    """also save every validated state to ``run_dir`` (``NAME-sSEED-uUPDATE.pt``)"""
 
 
 # -- the network -------------------------------------------------------------------------------
@@ -547,6 +554,7 @@ def run_compat_episode(
     while not done:
         seq, value = choose(o["obs"], o["mask"], info)
         step = Step(o["obs"], o["mask"], row_sizes(info), int(info["capacity"]), seq, 0.0, value)
+        step.now = float(info["now"])
         o, reward, done, _, info = env.step(order_to_scores(seq, args.window))
         step.reward, step.done = reward, done
         steps.append(step)
@@ -628,7 +636,8 @@ def compat_rollout(
     rng: np.random.Generator,
 ) -> tuple[list[list[Step]], list[float]]:
     """``episodes_per_update`` sampled episodes (the decisions with their log-probs) and each
-    episode's average JCT."""
+    episode's average JCT; with ``group_size`` > 1, consecutive groups of that many episodes
+    share one workload."""
 
     def choose(
         obs: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], info: dict[str, Any]
@@ -642,11 +651,13 @@ def compat_rollout(
 
     episodes: list[list[Step]] = []
     finished: list[float] = []
-    for _ in range(args.episodes_per_update):
+    group = max(1, args.group_size)
+    for _ in range(max(1, args.episodes_per_update // group)):
         rows = data.train[int(rng.integers(len(data.train)))]
-        steps, jcts = run_compat_episode(rows, apps, args, constants, choose)
-        episodes.append(steps)
-        finished.append(mean_jct(jcts))
+        for _ in range(group):  # a group: the same workload, its own sampled orders
+            steps, jcts = run_compat_episode(rows, apps, args, constants, choose)
+            episodes.append(steps)
+            finished.append(mean_jct(jcts))
     set_logp(agent, [s for steps in episodes for s in steps])
     return episodes, finished
 
@@ -665,6 +676,8 @@ class Step:
     value: float
     reward: float = 0.0
     done: bool = False
+    now: float = 0.0
+    """the clock of the decision (s)"""
 
 
 class Envs:
@@ -827,6 +840,52 @@ def gae_all(
     return flat, np.array(adv, dtype=np.float32), np.array(ret, dtype=np.float32)
 
 
+def returns_to_go(steps: Sequence[Step], horizon_s: float) -> npt.NDArray[np.float64]:
+    """``G_i = r_i + exp(-(t_{i+1} - t_i) / horizon_s) G_{i+1}``: each decision's return,
+    discounted by clock time."""
+    g = np.zeros(len(steps))
+    acc = 0.0
+    for i in reversed(range(len(steps))):
+        if i + 1 < len(steps):
+            acc *= math.exp(-(steps[i + 1].now - steps[i].now) / horizon_s)
+        acc += steps[i].reward
+        g[i] = acc
+    return g
+
+
+def group_advantages(
+    episodes: list[list[Step]], group_size: int, horizon_s: float
+) -> tuple[list[Step], npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """Advantages from the other episodes of the same workload (leave-one-out): a decision at
+    clock ``t`` scores its episode's return from ``t`` against the mean of the group's other
+    episodes' returns from ``t``. The arrivals after ``t`` are the same in every episode of a
+    group, so the part of the return that no decision controls cancels, which no critic can
+    do (it does not see the future arrivals). The baseline depends only on the other
+    episodes' samples, so the gradient stays unbiased."""
+    flat: list[Step] = []
+    adv: list[float] = []
+    ret: list[float] = []
+    returns = [returns_to_go(e, horizon_s) for e in episodes]
+    times = [np.array([s.now for s in e]) for e in episodes]
+
+    def from_time(k: int, t: float) -> float:
+        i = int(np.searchsorted(times[k], t, side="left"))
+        if i >= len(times[k]):
+            return 0.0
+        return float(math.exp(-(times[k][i] - t) / horizon_s) * returns[k][i])
+
+    for start in range(0, len(episodes), group_size):
+        members = range(start, min(start + group_size, len(episodes)))
+        for e in members:
+            others = [k for k in members if k != e]
+            for i, step in enumerate(episodes[e]):
+                base = np.mean([from_time(k, step.now) for k in others]) if others else 0.0
+                flat.append(step)
+                adv.append(float(returns[e][i] - base))
+                ret.append(float(returns[e][i]))
+    return flat, np.array(adv, dtype=np.float32), np.array(ret, dtype=np.float32)
+
+
 def ppo_update(
     agent: Agent,
     opt: torch.optim.Optimizer,
@@ -986,6 +1045,24 @@ def make_card(
     }
 
 
+def compat_batch(
+    agent: Agent,
+    data: Data,
+    apps: Mapping[str, Application],
+    args: Args,
+    constants: EncodingConstants,
+    rng: np.random.Generator,
+    finished: list[float],
+) -> tuple[list[Step], npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """One update's ``pollux-compat`` episodes with their advantages and returns (the
+    episodes' average JCTs appended to ``finished``)."""
+    per_env, jcts = compat_rollout(agent, data, apps, args, constants, rng)
+    finished.extend(jcts)
+    if args.group_size > 1:
+        return group_advantages(per_env, args.group_size, args.group_horizon_s)
+    return gae_all(per_env, [0.0] * len(per_env), args)
+
+
 def make_agent(args: Args) -> tuple[Agent, list[nn.Parameter]]:
     """The agent at its start (``init_key``: that heuristic's key as the linear term) and the
     parameters PPO moves (``linear_only``: all but the actor's MLP)."""
@@ -1060,6 +1137,8 @@ def train(args: Args, command: str = "") -> Path:
                 f"({time.monotonic() - start:.0f}s)",
                 flush=True,
             )
+    if args.keep_checkpoints:
+        args.run_dir.mkdir(parents=True, exist_ok=True)
     best_val = run_validation()
     best = (
         selection_metric(best_val, heur),
@@ -1076,9 +1155,7 @@ def train(args: Args, command: str = "") -> Path:
             flat, adv, ret = advantages(agent, envs, per_env, args)
             step_rng = envs.rng
         else:
-            per_env, jcts = compat_rollout(agent, data, apps, args, constants, rng)  # type: ignore[arg-type]
-            finished.extend(jcts)
-            flat, adv, ret = gae_all(per_env, [0.0] * len(per_env), args)
+            flat, adv, ret = compat_batch(agent, data, apps, args, constants, rng, finished)  # type: ignore[arg-type]
             step_rng = rng
         env_steps += len(flat)
         stats = ppo_update(agent, opt, flat, adv, ret, args, step_rng, teacher)
@@ -1092,6 +1169,10 @@ def train(args: Args, command: str = "") -> Path:
                 f"({time.monotonic() - start:.0f}s)",
                 flush=True,
             )
+            if args.keep_checkpoints:
+                torch.save(
+                    agent.state_dict(), args.run_dir / f"{args.name}-s{args.seed}-u{update}.pt"
+                )
             if m < best[0]:
                 best = (m, update, val, {k: v.clone() for k, v in agent.state_dict().items()})
     training_time = time.monotonic() - start

@@ -170,3 +170,40 @@ def test_init_key_starts_at_the_heuristic_and_linear_only_moves_the_linear_term(
     assert not all(torch.equal(after[k], before[k]) for k in before if k.startswith("critic."))
     with pytest.raises(ValueError, match="linear term"):
         make_agent(Args(linear_only=True))
+
+
+def _steps(times: list[float], rewards: list[float]) -> list[Any]:
+    from training.gpu_ppo import Step
+
+    z = np.zeros(1, dtype=np.float32)
+    out = []
+    for t, r in zip(times, rewards, strict=True):
+        s = Step(z[None], np.ones(1, dtype=np.bool_), np.ones(1, dtype=np.int64), 1, [0], 0.0, 0.0)
+        s.now, s.reward = t, r
+        out.append(s)
+    return out
+
+
+def test_group_advantages_score_a_decision_against_the_groups_other_episodes() -> None:
+    """Leave-one-out, time-aligned: two episodes of one workload that differ only after t=120
+    get advantages of opposite sign there and none before; a third episode of another
+    workload is not compared with them."""
+    from training.gpu_ppo import group_advantages, returns_to_go
+
+    h = 1e12  # no discount: returns are plain sums
+    good = _steps([0, 60, 120], [-1.0, -1.0, -1.0])
+    bad = _steps([0, 60, 120], [-1.0, -1.0, -3.0])
+    other = _steps([0, 60], [-5.0, -5.0])
+    assert returns_to_go(good, h).tolist() == pytest.approx([-3.0, -2.0, -1.0])
+    decayed = returns_to_go(_steps([0, 3600], [-1.0, -1.0]), 3600.0)
+    assert decayed.tolist() == pytest.approx([-1.0 - np.exp(-1.0), -1.0])
+    flat, adv, _ = group_advantages([good, bad, other], 2, h)
+    assert flat[:3] == good
+    assert adv[:3].tolist() == pytest.approx([2.0, 2.0, 2.0])
+    assert adv[3:6].tolist() == pytest.approx([-2.0, -2.0, -2.0])
+    assert adv[6:].tolist() == pytest.approx([-10.0, -5.0])  # a group of one: no baseline
+    # a decision at a time the other episode has no decision: its return from the next one,
+    # discounted to that time
+    late = _steps([30], [-4.0])
+    _, adv2, _ = group_advantages([late, good], 2, 60.0)
+    assert adv2[0] == pytest.approx(-4.0 - np.exp(-0.5) * returns_to_go(good, 60.0)[1])
