@@ -1003,7 +1003,8 @@ def make_card(
             "algorithm": "PPO with Plackett-Luce admission orders over the rows that fit "
             "(training/gpu_ppo.py) on "
             + (
-                "the fixed-step cluster of app/domains/gpu/simulate.py simulate_pollux, "
+                "app/domains/gpu/compat_env.py GpuCompatEnv (the fixed-step cluster of "
+                "simulate_pollux), "
                 if args.semantics == Semantics.POLLUX_COMPAT
                 else "app/domains/gpu/env.py, "
             )
