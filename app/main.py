@@ -28,7 +28,7 @@ from app.api.middleware import (
 from app.api.v1 import api_router
 from app.api.v1.health import router as health_router
 from app.db.decision_writer import DecisionWriter
-from app.db.engine import make_engine
+from app.db.engine import make_engine, while_unavailable
 from app.db.migrate import is_behind, upgrade_to_head
 from app.db.session import Database
 from app.gc_tuning import freeze_startup_heap, restore_thresholds, set_young_threshold, thaw
@@ -105,7 +105,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         thresholds: tuple[int, int, int] | None = None
         try:
-            if settings.AUTO_MIGRATE and await is_behind(engine):
+            if settings.AUTO_MIGRATE and await while_unavailable(
+                lambda: is_behind(engine), settings.DB_STARTUP_WAIT_S
+            ):
                 logger.info("database schema is behind; upgrading to head")
                 await upgrade_to_head(engine)
             await decisions.start()

@@ -93,6 +93,9 @@ class Settings(BaseSettings):
     DEFAULT_PLACEMENT: Literal["first_fit", "best_fit", "tetris"] = "first_fit"
     #: Upgrade the schema on start when it is behind the newest migration.
     AUTO_MIGRATE: bool = True
+    #: Seconds the start waits for an unreachable database (the schema check retried with
+    #: backoff) before it fails; 0: fail at the first refused or timed-out connection.
+    DB_STARTUP_WAIT_S: float = Field(default=30.0, ge=0)
     DB_POOL_SIZE: int = Field(default=10, ge=1)
     DB_MAX_OVERFLOW: int = Field(default=20, ge=0)
     #: Seconds SQLite waits on a locked database before giving up.

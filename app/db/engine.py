@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app import jsonio
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Execution option a connection carries to start its transaction with ``BEGIN IMMEDIATE``
 #: (SQLite only): the write lock is taken up front, so a read-then-write transaction never
@@ -66,6 +73,31 @@ def backend_unavailable(error: BaseException) -> bool:
         if current.__cause__ is not None:
             todo.append(current.__cause__)
     return False
+
+
+async def while_unavailable(
+    call: Callable[[], Awaitable[T]],
+    wait_s: float,
+    *,
+    first_delay_s: float = 0.25,
+    max_delay_s: float = 2.0,
+) -> T:
+    """``await call()``, retried with doubling delays while it fails because the database
+    cannot be reached or cannot serve now (:func:`backend_unavailable`), until ``wait_s``
+    seconds have passed; any other error, or the last one, is raised."""
+    deadline = time.monotonic() + wait_s
+    delay = first_delay_s
+    while True:
+        try:
+            return await call()
+        except Exception as error:
+            if not backend_unavailable(error) or time.monotonic() + delay > deadline:
+                raise
+            logger.warning(
+                "database unavailable (%s); retrying in %.2f s", type(error).__name__, delay
+            )
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, max_delay_s)
 
 
 def json_dumps(value: Any) -> str:

@@ -370,3 +370,61 @@ async def _terminate(url: str, pid: int) -> None:
                 await asyncio.sleep(0.05)
     finally:
         await engine.dispose()
+
+
+async def test_the_start_waits_for_a_database_that_comes_up_late(own_pg: OwnPostgres) -> None:
+    """The schema check at start is retried while the database refuses connections, for up to
+    ``DB_STARTUP_WAIT_S``: a Kairos started before its database serves once it is up (as in
+    a compose or Kubernetes start where both come up together); with a wait of 0 the start
+    fails at the first refused connection, with the connection's own error."""
+    if own_pg.running():
+        own_pg.stop()
+    try:
+        quick = create_app(Settings(DATABASE_URL=own_pg.url, DB_STARTUP_WAIT_S=0.0))
+        began = time.monotonic()
+        with pytest.raises(ConnectionRefusedError):
+            async with quick.router.lifespan_context(quick):
+                pass
+        assert time.monotonic() - began < 5.0
+
+        app = create_app(Settings(DATABASE_URL=own_pg.url, DB_STARTUP_WAIT_S=60.0))
+        loop = asyncio.get_running_loop()
+        starter = loop.run_in_executor(None, lambda: (time.sleep(1.5), own_pg.start()))
+        began = time.monotonic()
+        async with app.router.lifespan_context(app):
+            waited = time.monotonic() - began
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://kairos.test") as c:
+                assert (await c.get("/readyz")).json()["database"] == "ok"
+        await starter
+        assert waited >= 1.0, "the start waited for the database"
+    finally:
+        if not own_pg.running():
+            own_pg.start()
+
+
+def test_only_an_unavailable_database_is_waited_for() -> None:
+    """A statement the database refuses (not an outage) is raised at once, not retried."""
+    from app.db.engine import while_unavailable
+
+    calls = 0
+
+    async def refused() -> None:
+        nonlocal calls
+        calls += 1
+        raise ValueError("not a connection problem")
+
+    with pytest.raises(ValueError, match="not a connection problem"):
+        asyncio.run(while_unavailable(refused, 30.0))
+    assert calls == 1
+
+    async def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 4:
+            raise TimeoutError
+        return "ok"
+
+    calls = 0
+    assert asyncio.run(while_unavailable(flaky, 30.0, first_delay_s=0.01)) == "ok"
+    assert calls == 4
