@@ -27,21 +27,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
 from app.domains.gpu.compat import CompatJob, PolluxCluster
 from app.domains.gpu.decide import decide
 from app.domains.gpu.encoding import (
     DEFAULT_WINDOW,
-    NUM_FEATURES,
-    BoolArray,
     EncodingConstants,
     FloatArray,
 )
-from app.domains.gpu.env import FLOAT32_MAX, WorkloadSource, jobs_of, observe
-from app.domains.gpu.learned import ScoredPolicy
+from app.domains.gpu.env import ScoredEnv, WorkloadSource, jobs_of, observe
 from app.domains.gpu.pollux import Application
 from app.domains.gpu.simulate import DecideCompat, compat_config, compat_jobs
 from app.domains.gpu.types import ClusterSnapshot
@@ -49,9 +44,7 @@ from app.domains.gpu.types import ClusterSnapshot
 __all__ = ["GpuCompatEnv"]
 
 
-class GpuCompatEnv(gym.Env[dict[str, Any], FloatArray]):
-    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
-
+class GpuCompatEnv(ScoredEnv):
     def __init__(
         self,
         workloads: WorkloadSource,
@@ -65,31 +58,17 @@ class GpuCompatEnv(gym.Env[dict[str, Any], FloatArray]):
         window: int = DEFAULT_WINDOW,
         reward_scale_s: float = 3600.0,
     ) -> None:
+        super().__init__(constants, window, reward_scale_s)
         self.workloads = workloads
         self.apps = apps
         self.nodes, self.gpus_per_node = nodes, gpus_per_node
         self.interval, self.restart_s = interval, restart_s
-        self.constants = constants or EncodingConstants()
-        self.window = window
-        self.reward_scale_s = reward_scale_s
-        self.observation_space = spaces.Dict(
-            {
-                "obs": spaces.Box(0.0, FLOAT32_MAX, (window, NUM_FEATURES), np.float32),
-                "mask": spaces.MultiBinary(window),
-            }
-        )
-        self.action_space = spaces.Box(-1.0, 1.0, (window,), np.float32)
-        self._scores: FloatArray = np.zeros(window, dtype=np.float32)
-        policy = ScoredPolicy("gpu-env", "0", self._score, self.constants, window, kind="env")
-        self._policy = policy
         self._decider: DecideCompat | None = None
         self._cluster: PolluxCluster | None = None
         self._active: list[CompatJob] = []
         self._snap: ClusterSnapshot | None = None
-
-    def _score(self, obs: FloatArray, mask: BoolArray) -> FloatArray:
-        del mask
-        return self._scores[: len(obs)]
+        #: the observation of ``_snap`` (encoded once, where the choice was found)
+        self._seen: tuple[dict[str, Any], dict[str, Any]] | None = None
 
     def _decide(self) -> float:
         """Decide the current step with ``_scores``; the step's reward."""
@@ -115,6 +94,7 @@ class GpuCompatEnv(gym.Env[dict[str, Any], FloatArray]):
             self._snap = decider.snapshot(cluster.now, self._active, dict(cluster.allocations))
             obs, info = observe(self._snap, self.constants, self.window, cluster.now)
             if bool((obs["mask"] & (info["held"] == 0)).any()):
+                self._seen = obs, info
                 return reward
             self._scores = np.zeros(self.window, dtype=np.float32)
             reward += self._decide()
@@ -125,7 +105,9 @@ class GpuCompatEnv(gym.Env[dict[str, Any], FloatArray]):
         """The observation; once the workload is done, ``info["jcts"]`` too."""
         cluster = self._cluster
         assert cluster is not None
-        obs, info = observe(self._snap, self.constants, self.window, float(cluster.now))
+        if self._snap is not None and self._seen is not None:
+            return self._seen
+        obs, info = observe(None, self.constants, self.window, float(cluster.now))
         if self._snap is None:
             info["jcts"] = [float((j.completion_time or 0) - j.arrival) for j in cluster.jobs]
         return obs, info
@@ -148,7 +130,7 @@ class GpuCompatEnv(gym.Env[dict[str, Any], FloatArray]):
             interval=self.interval,
             restart_s=self.restart_s,
         )
-        self._snap = None
+        self._snap, self._seen = None, None
         reward = self._run_until_choice()
         obs, info = self._observe()
         info["reward_before"] = reward
@@ -157,10 +139,7 @@ class GpuCompatEnv(gym.Env[dict[str, Any], FloatArray]):
     def step(self, action: FloatArray) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self._snap is None or self._cluster is None:
             raise RuntimeError("step() after the episode ended: call reset()")
-        scores = np.asarray(action, dtype=np.float32).reshape(-1)
-        if scores.shape != (self.window,):
-            raise ValueError(f"action must have {self.window} scores, got {scores.shape}")
-        self._scores = np.nan_to_num(scores, nan=-1e9, posinf=1e9, neginf=-1e9)
+        self._set_action(action)
         reward = self._decide() + self._run_until_choice()
         obs, info = self._observe()
         return obs, reward, self._snap is None, False, info

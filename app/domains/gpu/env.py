@@ -55,7 +55,7 @@ from app.domains.gpu.simulate import (
 )
 from app.domains.gpu.types import ClusterSnapshot
 
-__all__ = ["GpuSchedulingEnv", "WorkloadSource", "observe"]
+__all__ = ["GpuSchedulingEnv", "ScoredEnv", "WorkloadSource", "observe"]
 
 #: features are >= 0 and unbounded above (sizes relative to a node, demand to the cluster)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -93,20 +93,15 @@ def jobs_of(options: dict[str, Any] | None) -> list[SimJob] | None:
     return list(options["jobs"]) if options and "jobs" in options else None
 
 
-class GpuSchedulingEnv(gym.Env[dict[str, Any], FloatArray]):
+class ScoredEnv(gym.Env[dict[str, Any], FloatArray]):
+    """What the GPU envs share: the spaces, and the ``ScoredPolicy`` whose scores are the
+    action (``decide()`` walks them)."""
+
     metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
 
     def __init__(
-        self,
-        workloads: WorkloadSource,
-        config: EventConfig,
-        *,
-        constants: EncodingConstants | None = None,
-        window: int = DEFAULT_WINDOW,
-        reward_scale_s: float = 3600.0,
+        self, constants: EncodingConstants | None, window: int, reward_scale_s: float
     ) -> None:
-        self.workloads = workloads
-        self.config = config
         self.constants = constants or EncodingConstants()
         self.window = window
         self.reward_scale_s = reward_scale_s
@@ -119,6 +114,31 @@ class GpuSchedulingEnv(gym.Env[dict[str, Any], FloatArray]):
         self.action_space = spaces.Box(-1.0, 1.0, (window,), np.float32)
         self._scores: FloatArray = np.zeros(window, dtype=np.float32)
         self._policy = ScoredPolicy("gpu-env", "0", self._score, self.constants, window, kind="env")
+
+    def _score(self, obs: FloatArray, mask: BoolArray) -> FloatArray:
+        del mask
+        return self._scores[: len(obs)]
+
+    def _set_action(self, action: FloatArray) -> None:
+        scores = np.asarray(action, dtype=np.float32).reshape(-1)
+        if scores.shape != (self.window,):
+            raise ValueError(f"action must have {self.window} scores, got {scores.shape}")
+        self._scores = np.nan_to_num(scores, nan=-1e9, posinf=1e9, neginf=-1e9)
+
+
+class GpuSchedulingEnv(ScoredEnv):
+    def __init__(
+        self,
+        workloads: WorkloadSource,
+        config: EventConfig,
+        *,
+        constants: EncodingConstants | None = None,
+        window: int = DEFAULT_WINDOW,
+        reward_scale_s: float = 3600.0,
+    ) -> None:
+        super().__init__(constants, window, reward_scale_s)
+        self.workloads = workloads
+        self.config = config
         self._jobs: list[SimJob] = []
         self._lives: list[_Live] = []
         self._order: list[int] = []
@@ -128,10 +148,6 @@ class GpuSchedulingEnv(gym.Env[dict[str, Any], FloatArray]):
         self._snap: ClusterSnapshot | None = None
 
     # -- the engine ----------------------------------------------------------------------------
-
-    def _score(self, obs: FloatArray, mask: BoolArray) -> FloatArray:
-        del mask
-        return self._scores[: len(obs)]
 
     def _arrive(self) -> None:
         self._active = _complete(self._active, self._now)
@@ -214,10 +230,7 @@ class GpuSchedulingEnv(gym.Env[dict[str, Any], FloatArray]):
     def step(self, action: FloatArray) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self._snap is None:
             raise RuntimeError("step() after the episode ended: call reset()")
-        scores = np.asarray(action, dtype=np.float32).reshape(-1)
-        if scores.shape != (self.window,):
-            raise ValueError(f"action must have {self.window} scores, got {scores.shape}")
-        self._scores = np.nan_to_num(scores, nan=-1e9, posinf=1e9, neginf=-1e9)
+        self._set_action(action)
         d = decide(self._snap, self._policy, self.config.decide_config)
         _apply(d, self._active, self.config)
         reward = self._interval() + self._run_until_choice()
