@@ -85,6 +85,8 @@ VALIDATION_HEURISTICS = ("tiresias-2dlas", "las", "smallest-first", "fifo-skip",
 COMPAT_VALIDATION_HEURISTICS = ("tiresias", *VALIDATION_HEURISTICS[:-1], "srsf")
 #: the pollux-compat step (s), as simulate_pollux runs it
 COMPAT_INTERVAL_S = 60
+#: the ``philly-rigid`` bar of ``--select-rigid``: the best information-agnostic heuristic
+RIGID_BAR = "tiresias-2dlas"
 
 
 @dataclass
@@ -163,6 +165,10 @@ class Args:
     leave-one-out baseline (see :func:`group_advantages`)"""
     group_horizon_s: float = 14400.0
     """with ``group_size`` > 1: the clock-time discount of the returns (s)"""
+    select_rigid: bool = False
+    """pollux-compat: the checkpoint kept minimises the sum of two means over the validation
+    workloads, the ratio to the artifact's Tiresias (as without it) and the ``philly-rigid``
+    ratio to :data:`RIGID_BAR` on the same workloads as rigid jobs"""
     keep_checkpoints: bool = False
     """also save every validated state to ``run_dir`` (``NAME-sSEED-uUPDATE.pt``)"""
 
@@ -470,8 +476,16 @@ def mean_jct(jcts: Sequence[float]) -> float:
     return float(np.mean(jcts))
 
 
-def validate(agent: Agent, args: Args, data: Data, constants: EncodingConstants) -> list[float]:
-    cfg = event_config(Semantics(args.semantics), args.nodes, args.gpus_per_node)
+def validate(
+    agent: Agent,
+    args: Args,
+    data: Data,
+    constants: EncodingConstants,
+    semantics: Semantics | None = None,
+) -> list[float]:
+    """The greedy policy's average JCT on each validation workload under ``semantics`` (the
+    event simulator; default ``args.semantics``)."""
+    cfg = event_config(semantics or Semantics(args.semantics), args.nodes, args.gpus_per_node)
     pol = ScoredPolicy(args.name, args.version, numpy_scorer(agent), constants, args.window)
     return [mean_jct(simulate_events(w, pol, cfg).jcts) for w in data.val]
 
@@ -512,13 +526,57 @@ def heuristic_validation(
     }
 
 
+def rigid_bar_validation(args: Args, data: Data) -> list[float]:
+    """:data:`RIGID_BAR`'s average JCT on each validation workload under ``philly-rigid``."""
+    return [
+        mean_jct(
+            simulate(
+                w,
+                RIGID_BAR,
+                Semantics.PHILLY_RIGID,
+                nodes=args.nodes,
+                gpus_per_node=args.gpus_per_node,
+            ).jcts
+        )
+        for w in data.val
+    ]
+
+
+def mean_ratio(val: Sequence[float], bar: Sequence[float]) -> float:
+    return float(np.mean(np.asarray(val) / np.asarray(bar)))
+
+
 def selection_metric(val: Sequence[float], heur: Mapping[str, Sequence[float]]) -> float:
     """What the checkpoint kept minimises: with the artifact's Tiresias among the heuristics
     (pollux-compat), the mean of the per-workload ratios to its average JCT; otherwise the mean
     average JCT."""
     if "tiresias" in heur:
-        return float(np.mean(np.asarray(val) / np.asarray(heur["tiresias"])))
+        return mean_ratio(val, heur["tiresias"])
     return float(np.mean(val))
+
+
+def checkpoint_validation(
+    agent: Agent,
+    args: Args,
+    data: Data,
+    constants: EncodingConstants,
+    apps: Mapping[str, Application] | None,
+    heur: Mapping[str, Sequence[float]],
+    rigid_bar: Sequence[float],
+) -> tuple[float, list[float], list[float]]:
+    """A checkpoint's selection metric (lower is better), its validation JCTs under the
+    training semantics and, with ``select_rigid``, under ``philly-rigid`` (``rigid_bar``:
+    :func:`rigid_bar_validation`)."""
+    if apps is None:
+        if args.select_rigid:
+            raise ValueError("--select-rigid is for --semantics pollux-compat")
+        val = validate(agent, args, data, constants)
+        return selection_metric(val, heur), val, []
+    val = validate_compat(agent, args, data, constants, apps)
+    if not args.select_rigid:
+        return selection_metric(val, heur), val, []
+    rigid = validate(agent, args, data, constants, Semantics.PHILLY_RIGID)
+    return selection_metric(val, heur) + mean_ratio(rigid, rigid_bar), val, rigid
 
 
 # -- pollux-compat episodes --------------------------------------------------------------------
@@ -1104,10 +1162,10 @@ def train(args: Args, command: str = "") -> Path:
     envs = None if compat else Envs(args, data, constants)
     finished = envs.finished if envs is not None else []
 
-    def run_validation() -> list[float]:
-        if apps is not None:
-            return validate_compat(agent, args, data, constants, apps)
-        return validate(agent, args, data, constants)
+    rigid_bar = rigid_bar_validation(args, data) if args.select_rigid else []
+
+    def run_validation() -> tuple[float, list[float], list[float]]:
+        return checkpoint_validation(agent, args, data, constants, apps, heur, rigid_bar)
 
     budget_s = args.total_minutes * 60.0
     start = time.monotonic()
@@ -1140,14 +1198,9 @@ def train(args: Args, command: str = "") -> Path:
             )
     if args.keep_checkpoints:
         args.run_dir.mkdir(parents=True, exist_ok=True)
-    best_val = run_validation()
-    best = (
-        selection_metric(best_val, heur),
-        0,
-        best_val,
-        {k: v.clone() for k, v in agent.state_dict().items()},
-    )
-    print(f"update 0 val {np.mean(best_val):.1f} select {best[0]:.4f}", flush=True)
+    m, val, rigid = run_validation()
+    best = (m, 0, val, rigid, {k: v.clone() for k, v in agent.state_dict().items()})
+    print(f"update 0 val {np.mean(val):.1f} select {m:.4f}", flush=True)
     update, env_steps = 0, 0
     while update < args.min_updates or time.monotonic() - start < budget_s:
         update += 1
@@ -1161,8 +1214,7 @@ def train(args: Args, command: str = "") -> Path:
         env_steps += len(flat)
         stats = ppo_update(agent, opt, flat, adv, ret, args, step_rng, teacher)
         if update % args.val_every == 0:
-            val = run_validation()
-            m = selection_metric(val, heur)
+            m, val, rigid = run_validation()
             recent = float(np.mean(finished[-16:])) if finished else math.nan
             print(
                 f"update {update} steps {env_steps} train_jct {recent:.1f} "
@@ -1175,9 +1227,15 @@ def train(args: Args, command: str = "") -> Path:
                     agent.state_dict(), args.run_dir / f"{args.name}-s{args.seed}-u{update}.pt"
                 )
             if m < best[0]:
-                best = (m, update, val, {k: v.clone() for k, v in agent.state_dict().items()})
+                best = (
+                    m,
+                    update,
+                    val,
+                    rigid,
+                    {k: v.clone() for k, v in agent.state_dict().items()},
+                )
     training_time = time.monotonic() - start
-    agent.load_state_dict(best[3])
+    agent.load_state_dict(best[4])
     meta = {
         "agent": agent,
         "command": command,
@@ -1187,6 +1245,14 @@ def train(args: Args, command: str = "") -> Path:
         "env_steps": env_steps,
     }
     card = make_card(args, data, constants, best[2], heur, meta)
+    if args.select_rigid:
+        card["training"]["validation"]["philly_rigid"] = {
+            "selection": "the checkpoint kept minimises policy_ratio_to_tiresias + ratio_to_bar",
+            "bar": RIGID_BAR,
+            "policy_per_workload": best[3],
+            "bar_per_workload": rigid_bar,
+            "ratio_to_bar": mean_ratio(best[3], rigid_bar),
+        }
     write_model(agent, args.out, card)
     args.run_dir.mkdir(parents=True, exist_ok=True)
     torch.save(agent.state_dict(), args.run_dir / f"{args.name}-s{args.seed}.pt")

@@ -207,3 +207,52 @@ def test_group_advantages_score_a_decision_against_the_groups_other_episodes() -
     late = _steps([30], [-4.0])
     _, adv2, _ = group_advantages([late, good], 2, 60.0)
     assert adv2[0] == pytest.approx(-4.0 - np.exp(-0.5) * returns_to_go(good, 60.0)[1])
+
+
+def test_select_rigid_adds_the_philly_rigid_ratio_to_the_bar(data: Data) -> None:
+    """``--select-rigid``: a checkpoint's metric is its ``pollux-compat`` ratio to Tiresias
+    plus its ``philly-rigid`` ratio to tiresias-2dlas on the same validation workloads; the bar
+    is that heuristic's ``philly-rigid`` run and the policy's rigid JCTs are its greedy
+    ``philly-rigid`` run."""
+    from training.gpu_ppo import (
+        checkpoint_validation,
+        make_agent,
+        mean_ratio,
+        rigid_bar_validation,
+        validate,
+    )
+
+    args = Args(
+        semantics="pollux-compat",
+        las_threshold_gpu_s=57600.0,
+        init_key="tiresias-2dlas",
+        init_scale=8.0,
+        select_rigid=True,
+    )
+    apps = load_applications()
+    constants = EncodingConstants(las_threshold_gpu_s=57600.0)
+    agent, _ = make_agent(args)
+    probe = Data(data.train, data.train, [], [], 0, 0)
+    bar = rigid_bar_validation(args, probe)
+    assert bar == [
+        float(np.mean(simulate(w, "tiresias-2dlas", Semantics.PHILLY_RIGID).jcts))
+        for w in data.train
+    ]
+    heur = {
+        "tiresias": [
+            float(np.mean(simulate(w, "tiresias", Semantics.POLLUX_COMPAT, apps=apps).jcts))
+            for w in data.train
+        ]
+    }
+    metric, val, rigid = checkpoint_validation(agent, args, probe, constants, apps, heur, bar)
+    assert rigid == validate(agent, args, probe, constants, Semantics.PHILLY_RIGID)
+    assert rigid != val  # two semantics, two runs
+    assert metric == pytest.approx(selection_metric(val, heur) + mean_ratio(rigid, bar))
+    own, _, _ = checkpoint_validation(agent, args, probe, constants, apps, heur, rigid)
+    assert own == pytest.approx(selection_metric(val, heur) + 1.0)
+    plain = Args(semantics="pollux-compat", las_threshold_gpu_s=57600.0)
+    assert checkpoint_validation(agent, plain, probe, constants, apps, heur, [])[0] == (
+        pytest.approx(selection_metric(val, heur))
+    )
+    with pytest.raises(ValueError, match="select-rigid"):
+        checkpoint_validation(agent, Args(select_rigid=True), probe, constants, None, heur, bar)
