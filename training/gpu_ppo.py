@@ -102,6 +102,9 @@ class Args:
     jobs_per_workload: int = 160
     train_workloads: int = 256
     """workloads generated from the training weeks (one per seed)"""
+    train_pool: int = -1
+    """the training workloads' generator seeds are ``train_pool x 100,000 + i`` (-1: the run's
+    ``seed``); a fixed pool leaves the seed only the sampling and the workloads' order"""
     val_workloads: int = 8
     """validation workloads generated from weeks 10-11"""
     window: int = DEFAULT_WINDOW
@@ -460,7 +463,8 @@ class Data:
 def load_data(args: Args) -> Data:
     jobs = load_philly(args.philly)
     train_rows, val_rows = split_weeks(jobs, TRAIN_WEEKS, VALIDATION_WEEKS)
-    train_seeds = [args.seed * 100_000 + i for i in range(args.train_workloads)]
+    pool = args.seed if args.train_pool < 0 else args.train_pool
+    train_seeds = [pool * 100_000 + i for i in range(args.train_workloads)]
     val_seeds = [900_000 + i for i in range(args.val_workloads)]
     return Data(
         generated_workloads(train_rows, train_seeds, args.jobs_per_workload),

@@ -256,3 +256,33 @@ def test_select_rigid_adds_the_philly_rigid_ratio_to_the_bar(data: Data) -> None
     )
     with pytest.raises(ValueError, match="select-rigid"):
         checkpoint_validation(agent, Args(select_rigid=True), probe, constants, None, heur, bar)
+
+
+def test_train_pool_fixes_the_training_workloads_across_seeds(data: Data) -> None:
+    """``--train-pool P``: the training workloads are generated from seeds ``P x 100,000 + i``
+    whatever the run's seed; by default the pool is the seed (the module's data: seed 1)."""
+    assert data.train_seeds == [100_000, 100_001]
+    pooled = load_data(
+        Args(
+            semantics="pollux-compat",
+            seed=2,
+            train_pool=1,
+            train_workloads=2,
+            val_workloads=1,
+            jobs_per_workload=40,
+        )
+    )
+    assert pooled.train_seeds == data.train_seeds
+    assert pooled.train == data.train
+    assert pooled.val == data.val
+    own = load_data(
+        Args(
+            semantics="pollux-compat",
+            seed=2,
+            train_workloads=1,
+            val_workloads=1,
+            jobs_per_workload=40,
+        )
+    )
+    assert own.train_seeds == [200_000]
+    assert own.train[0] != data.train[0]
