@@ -24,7 +24,9 @@
   ``--bc-coef`` > 0 the teacher's log-likelihood on those steps stays in the PPO loss, which
   keeps the policy near its teacher.
 * **Selection**: the checkpoint kept is the best mean JCT on validation workloads generated from
-  weeks 10-11; weeks 12-15 and the 8 Pollux evaluation workloads are never read.
+  weeks 10-11 (``pollux-compat``: the mean ratio to the artifact's Tiresias, plus with
+  ``--select-rigid`` the ``philly-rigid`` ratio to tiresias-2dlas on the same workloads); weeks
+  12-15 and the 8 Pollux evaluation workloads are never read.
 * **Export**: :func:`build_onnx` writes the graph node by node (``obs float32[B, K, F]``,
   ``mask bool[B, K]`` -> ``logits float32[B, K]`` masked to -1e9, ``value float32[B]``; opset
   17; ``metadata_props["feature_schema_version"]``), plus ``card.json``.
