@@ -177,6 +177,10 @@ class Args:
     keep_checkpoints: bool = False
     """also save every validated state to ``run_dir`` (``NAME-sSEED-uUPDATE.pt``)"""
 
+    def __post_init__(self) -> None:
+        if self.select_rigid and Semantics(self.semantics) is not Semantics.POLLUX_COMPAT:
+            raise ValueError("--select-rigid is for --semantics pollux-compat")
+
 
 # -- the network -------------------------------------------------------------------------------
 
@@ -574,8 +578,6 @@ def checkpoint_validation(
     training semantics and, with ``select_rigid``, under ``philly-rigid`` (``rigid_bar``:
     :func:`rigid_bar_validation`)."""
     if apps is None:
-        if args.select_rigid:
-            raise ValueError("--select-rigid is for --semantics pollux-compat")
         val = validate(agent, args, data, constants)
         return selection_metric(val, heur), val, []
     val = validate_compat(agent, args, data, constants, apps)

@@ -286,3 +286,17 @@ def test_train_pool_fixes_the_training_workloads_across_seeds(data: Data) -> Non
     )
     assert own.train_seeds == [200_000]
     assert own.train[0] != data.train[0]
+
+
+def test_select_rigid_outside_pollux_compat_is_refused_with_the_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The command line refuses the combination before any data is read."""
+    from training.gpu_ppo import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--select-rigid", "--philly", "/nonexistent/philly.csv"])
+    assert exit_.value.code != 0
+    assert "--select-rigid is for --semantics pollux-compat" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="select-rigid"):
+        Args(select_rigid=True)
